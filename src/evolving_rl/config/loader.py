@@ -1,0 +1,135 @@
+"""Strict mapping of plain YAML data onto typed dataclasses.
+
+Owns the generic part of configuration loading: unknown keys, wrong types and out-of-range
+values raise `ConfigError` naming the dotted key and the source file. Range checks are declared
+on dataclass fields with `bounded(...)` metadata; cross-field checks live in `validate()`
+methods of the dataclasses themselves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown, mistyped or out of range."""
+
+    def __init__(self, key: str, message: str, source: str | Path | None = None) -> None:
+        where = f" in {source}" if source else ""
+        super().__init__(f"config key '{key}'{where}: {message}")
+        self.key = key
+        self.message = message
+        self.source = str(source) if source else None
+
+
+def bounded(default: Any, *, ge: float | None = None, gt: float | None = None,
+            le: float | None = None, lt: float | None = None) -> Any:
+    """A dataclass field with a default and numeric bounds checked at load."""
+    bounds = {k: v for k, v in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt)) if v is not None}
+    return dataclasses.field(default=default, metadata={"bounds": bounds})
+
+
+_OPS = {"ge": (lambda v, b: v >= b, ">="), "gt": (lambda v, b: v > b, ">"),
+        "le": (lambda v, b: v <= b, "<="), "lt": (lambda v, b: v < b, "<")}
+
+
+def _check_bounds(key: str, value: Any, bounds: dict[str, float]) -> None:
+    for name, bound in bounds.items():
+        check, symbol = _OPS[name]
+        if not check(value, bound):
+            raise ConfigError(key, f"must be {symbol} {bound}, got {value!r}")
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(key: str, value: Any, tp: Any) -> Any:
+    """Check `value` against the annotation `tp`, converting where YAML is looser."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(key, value, arg)
+            except ConfigError:
+                continue
+        raise ConfigError(key, f"expected {_type_name(tp)}, got {value!r}")
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(key, f"must be one of {list(args)}, got {value!r}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, prefix=key)
+    if origin in (list, tuple):
+        if not isinstance(value, list):
+            raise ConfigError(key, f"expected a list, got {type(value).__name__}")
+        item = args[0] if args else Any
+        items = [_coerce(f"{key}[{i}]", v, item) for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(key, f"expected a mapping, got {type(value).__name__}")
+        vt = args[1] if len(args) == 2 else Any
+        return {str(k): _coerce(f"{key}.{k}", v, vt) for k, v in value.items()}
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(key, f"expected a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(key, f"expected an integer, got {value!r}")
+        return value
+    if tp in (str, bool):
+        if not isinstance(value, tp):
+            raise ConfigError(key, f"expected {tp.__name__}, got {value!r}")
+        return value
+    raise ConfigError(key, f"unsupported annotation {_type_name(tp)}")
+
+
+def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
+    """Build dataclass `cls` from `data`, rejecting unknown keys and bad values."""
+    where = prefix or "<root>"
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(where, f"expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        key = f"{prefix}.{unknown[0]}" if prefix else unknown[0]
+        raise ConfigError(key, f"unknown key (known: {', '.join(sorted(fields))})")
+    kwargs = {}
+    for name, value in data.items():
+        key = f"{prefix}.{name}" if prefix else name
+        kwargs[name] = _coerce(key, value, hints[name])
+        bounds = fields[name].metadata.get("bounds")
+        if bounds:
+            _check_bounds(key, kwargs[name], bounds)
+    try:
+        obj = cls(**kwargs)
+    except TypeError as err:
+        raise ConfigError(where, str(err)) from None
+    validate = getattr(obj, "validate", None)
+    if callable(validate):
+        try:
+            validate()
+        except ConfigError as err:
+            raise ConfigError(f"{prefix}.{err.key}" if prefix else err.key, err.message) from None
+    return obj
+
+
+def to_dict(obj: Any) -> Any:
+    """Plain-data view of a config dataclass (for logging and slime's args namespace)."""
+    return dataclasses.asdict(obj)

