@@ -10,12 +10,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from evolving_rl.core.roles import Role
 
-class Role(str, Enum):
-    """Which role of the shared policy produced a sample."""
-
-    SOLVER = "solver"
-    EXTRACTOR = "extractor"
+__all__ = ["Role", "SampleStatus", "TrainSample"]
 
 
 class SampleStatus(str, Enum):

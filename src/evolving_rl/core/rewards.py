@@ -1,0 +1,108 @@
+"""Rewards: the extractor's reward from downstream outcomes and the solver's outcome reward.
+
+Extractor reward of one skill, decided in this order (status in brackets):
+  1. the generation failed (abort, error, overflow)  ->  0.0              [generation_failed]
+  2. the skill did not parse or validate             ->  -format_penalty  [unparseable]
+  3. the skill failed the language audit             ->  -audit_penalty   [audit_failed]
+  4. no downstream score left (see below)            ->  None             [no_downstream]
+  5. otherwise the mean of the downstream scores                          [ok]
+Downstream scores are floats in [0, 1] (ALFWorld: won 0/1; Mind2Web: fraction of the task's steps
+done correctly). A score of None marks a downstream episode that failed for an infrastructure
+reason (HTTP error, timeout, environment crash), not because of the model: it is excluded from
+the mean. None as a reward means "undefined: drop this sample from its GRPO group".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from evolving_rl.core.strenum import StrEnum
+
+
+class ExtractorRewardStatus(StrEnum):
+    OK = "ok"
+    GENERATION_FAILED = "generation_failed"
+    UNPARSEABLE = "unparseable"
+    AUDIT_FAILED = "audit_failed"
+    NO_DOWNSTREAM = "no_downstream"
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Penalties are magnitudes (>= 0); the reward is 0.0 minus the penalty (never -0.0)."""
+
+    format_penalty: float = 0.1
+    audit_penalty: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("format_penalty", "audit_penalty"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name} must be finite and >= 0, got {value}")
+
+
+def _check_score(score: float) -> None:
+    if not isinstance(score, (int, float)) or not 0.0 <= score <= 1.0:
+        raise ValueError(f"downstream score must be a number in [0, 1], got {score!r}")
+
+
+@dataclass(frozen=True)
+class ExtractorOutcome:
+    """What is known about one extracted skill once its downstream episodes are done."""
+
+    parsed: bool
+    audit_passed: bool
+    downstream_scores: tuple[float | None, ...] = ()
+    generation_failed: bool = False
+
+    def __post_init__(self) -> None:
+        for score in self.downstream_scores:
+            if score is not None:
+                _check_score(score)
+
+
+@dataclass(frozen=True)
+class ExtractorReward:
+    """`value` None means drop from the group; the counts cover the downstream scores."""
+
+    value: float | None
+    status: ExtractorRewardStatus
+    n_scored: int
+    n_excluded: int
+
+
+def extractor_reward(outcome: ExtractorOutcome, config: RewardConfig) -> ExtractorReward:
+    """The extractor reward of one skill (rules in the module docstring)."""
+    scores = [score for score in outcome.downstream_scores if score is not None]
+    n_scored, n_excluded = len(scores), len(outcome.downstream_scores) - len(scores)
+    if outcome.generation_failed:
+        value, status = 0.0, ExtractorRewardStatus.GENERATION_FAILED
+    elif not outcome.parsed:
+        value, status = 0.0 - config.format_penalty, ExtractorRewardStatus.UNPARSEABLE
+    elif not outcome.audit_passed:
+        value, status = 0.0 - config.audit_penalty, ExtractorRewardStatus.AUDIT_FAILED
+    elif not scores:
+        value, status = None, ExtractorRewardStatus.NO_DOWNSTREAM
+    else:
+        value, status = math.fsum(scores) / n_scored, ExtractorRewardStatus.OK
+    return ExtractorReward(value, status, n_scored, n_excluded)
+
+
+def solver_reward(success: bool | None) -> float | None:
+    """Outcome reward of one solver sample: 1.0 / 0.0, or None for an infrastructure failure.
+
+    ALFWorld: `success` is the episode's won flag; Mind2Web: whether the step was correct.
+    """
+    if success is None:
+        return None
+    return 1.0 if success else 0.0
+
+
+def fraction_correct(n_correct: int, n_total: int) -> float:
+    """Episode score as the fraction of the task's steps done correctly (Mind2Web)."""
+    if n_total < 1 or not 0 <= n_correct <= n_total:
+        raise ValueError(
+            f"need 0 <= n_correct <= n_total and n_total >= 1, got {n_correct}/{n_total}"
+        )
+    return n_correct / n_total

@@ -1,0 +1,175 @@
+"""Tests for evolving_rl.core.rewards and evolving_rl.core.roles."""
+
+import math
+
+import pytest
+
+from evolving_rl.core.rewards import (
+    ExtractorOutcome,
+    ExtractorRewardStatus,
+    RewardConfig,
+    extractor_reward,
+    fraction_correct,
+    solver_reward,
+)
+from evolving_rl.core.roles import Role, RoleWeights, apply_role_weights
+
+CONFIG = RewardConfig(format_penalty=0.1, audit_penalty=0.05)
+
+
+def reward(**kwargs):
+    fields = {"parsed": True, "audit_passed": True, "downstream_scores": (1.0, 0.0)}
+    fields.update(kwargs)
+    return extractor_reward(ExtractorOutcome(**fields), CONFIG)
+
+
+def test_mean_of_downstream_scores():
+    result = reward(downstream_scores=(1.0, 0.0, 1.0, 1.0))
+    assert result.value == pytest.approx(0.75)
+    assert result.status is ExtractorRewardStatus.OK
+    assert (result.n_scored, result.n_excluded) == (4, 0)
+
+
+def test_fractional_scores():
+    assert reward(downstream_scores=(0.5, 0.25)).value == pytest.approx(0.375)
+
+
+def test_bool_scores_accepted():
+    assert reward(downstream_scores=(True, False)).value == 0.5
+
+
+def test_infrastructure_failures_excluded_from_mean():
+    result = reward(downstream_scores=(1.0, None, 0.0, None))
+    assert result.value == 0.5
+    assert (result.n_scored, result.n_excluded) == (2, 2)
+
+
+def test_all_downstream_excluded_gives_none():
+    result = reward(downstream_scores=(None, None))
+    assert result.value is None
+    assert result.status is ExtractorRewardStatus.NO_DOWNSTREAM
+    assert (result.n_scored, result.n_excluded) == (0, 2)
+
+
+def test_no_downstream_episodes_gives_none():
+    result = reward(downstream_scores=())
+    assert result.value is None
+    assert result.status == "no_downstream"
+
+
+def test_unparseable_gets_format_penalty():
+    result = reward(parsed=False, audit_passed=False, downstream_scores=())
+    assert result.value == -0.1
+    assert result.status is ExtractorRewardStatus.UNPARSEABLE
+
+
+def test_unparseable_ignores_scores():
+    assert reward(parsed=False, downstream_scores=(1.0, 1.0)).value == -0.1
+
+
+def test_audit_failed_gets_audit_penalty():
+    result = reward(audit_passed=False, downstream_scores=(1.0,))
+    assert result.value == -0.05
+    assert result.status is ExtractorRewardStatus.AUDIT_FAILED
+
+
+def test_default_audit_penalty_is_zero():
+    result = extractor_reward(
+        ExtractorOutcome(parsed=True, audit_passed=False, downstream_scores=(1.0,)),
+        RewardConfig(),
+    )
+    assert result.value == 0.0
+    assert math.copysign(1.0, result.value) == 1.0  # not -0.0
+
+
+def test_generation_failed_is_zero_before_everything_else():
+    result = reward(generation_failed=True, parsed=False, downstream_scores=(1.0,))
+    assert result.value == 0.0
+    assert result.status is ExtractorRewardStatus.GENERATION_FAILED
+    assert result.n_scored == 1
+
+
+def test_zero_penalty_config():
+    config = RewardConfig(format_penalty=0.0)
+    outcome = ExtractorOutcome(parsed=False, audit_passed=False)
+    assert extractor_reward(outcome, config).value == 0.0
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.1, math.nan, math.inf, "1", [1.0]])
+def test_score_validation(bad):
+    with pytest.raises(ValueError):
+        ExtractorOutcome(parsed=True, audit_passed=True, downstream_scores=(1.0, bad))
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"format_penalty": -0.1}, {"audit_penalty": math.nan}, {"format_penalty": math.inf}]
+)
+def test_config_validation(kwargs):
+    with pytest.raises(ValueError):
+        RewardConfig(**kwargs)
+
+
+def test_default_config():
+    assert RewardConfig() == RewardConfig(format_penalty=0.1, audit_penalty=0.0)
+
+
+def test_mean_is_exact_for_many_scores():
+    assert reward(downstream_scores=(0.1,) * 10).value == pytest.approx(0.1, abs=1e-15)
+
+
+def test_solver_reward():
+    assert solver_reward(True) == 1.0
+    assert solver_reward(False) == 0.0
+    assert solver_reward(None) is None
+    assert isinstance(solver_reward(True), float)
+
+
+def test_fraction_correct():
+    assert fraction_correct(0, 4) == 0.0
+    assert fraction_correct(3, 4) == 0.75
+    assert fraction_correct(4, 4) == 1.0
+
+
+@pytest.mark.parametrize(("n_correct", "n_total"), [(1, 0), (0, 0), (-1, 3), (4, 3)])
+def test_fraction_correct_validation(n_correct, n_total):
+    with pytest.raises(ValueError):
+        fraction_correct(n_correct, n_total)
+
+
+# --- roles -------------------------------------------------------------------------------------
+
+
+def test_role_weights_applied_by_role():
+    weights = RoleWeights(solver=1.0, extractor=0.2)
+    out = apply_role_weights(
+        [1.0, -2.0, None, 0.5], [Role.SOLVER, Role.EXTRACTOR, Role.EXTRACTOR, "extractor"], weights
+    )
+    assert out == [1.0, pytest.approx(-0.4), None, pytest.approx(0.1)]
+
+
+def test_role_weight_lookup_and_defaults():
+    assert RoleWeights().weight(Role.SOLVER) == 1.0
+    assert RoleWeights().weight(Role.EXTRACTOR) == 0.2
+    assert RoleWeights(extractor=0.1).weight(Role.EXTRACTOR) == 0.1
+
+
+def test_role_weights_length_mismatch():
+    with pytest.raises(ValueError):
+        apply_role_weights([1.0], [Role.SOLVER, Role.SOLVER], RoleWeights())
+
+
+def test_unknown_role_rejected():
+    with pytest.raises(ValueError):
+        apply_role_weights([1.0], ["critic"], RoleWeights())
+
+
+@pytest.mark.parametrize("kwargs", [{"solver": -1.0}, {"extractor": math.nan}])
+def test_role_weight_validation(kwargs):
+    with pytest.raises(ValueError):
+        RoleWeights(**kwargs)
+
+
+def test_role_values():
+    assert str(Role.SOLVER) == "solver"
+    assert f"{Role.EXTRACTOR}" == "extractor"
+    assert Role("solver") is Role.SOLVER
