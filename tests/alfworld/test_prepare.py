@@ -1,0 +1,131 @@
+"""ALFWorld data preparation: splits, rows, discovery rules, idempotency, missing-data message."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from env.alfworld.prepare import (
+    DATA_DIR,
+    SEEN_TYPES,
+    UNSEEN_TYPES,
+    MissingDataError,
+    main,
+    prepare,
+    task_sentence,
+)
+
+OUTPUTS = ("train", "train_seen", "train_unseen", "valid_seen", "valid_unseen")
+GRAMMAR = '"task": [{"rhs": "Your task is to: UNKNOWN GOAL."}]'
+
+
+def _write_game(root: Path, split: str, folder: str, task_type: str, sentence: str,
+                solvable: bool = True) -> None:
+    trial = root / DATA_DIR / split / folder / "trial_T1"
+    trial.mkdir(parents=True)
+    (trial / "traj_data.json").write_text(json.dumps({"task_type": task_type}))
+    game = {"grammar": GRAMMAR.replace("UNKNOWN GOAL", sentence), "solvable": solvable}
+    (trial / "game.tw-pddl").write_text(json.dumps(game))
+
+
+@pytest.fixture()
+def fake_root(tmp_path) -> Path:
+    """Hand-written game folders covering every type and every discovery rule."""
+    root = tmp_path / "data"
+    types = sorted(SEEN_TYPES | UNSEEN_TYPES)
+    for i, task_type in enumerate(types):
+        _write_game(root, "train", f"{task_type}-Apple-None-Fridge-{i}", task_type, f"task {i}")
+    _write_game(root, "valid_seen", "pick_and_place_simple-Mug-None-Desk-7",
+                "pick_and_place_simple", "put a mug in desk")
+    _write_game(root, "valid_unseen", "pick_two_obj_and_place-CD-None-Safe-301",
+                "pick_two_obj_and_place", "put two cd in safe")
+    _write_game(root, "train", "unsolvable-x", "pick_and_place_simple", "no", solvable=False)
+    _write_game(root, "train", "other-x", "pick_and_place_with_movable_recep", "no")
+    _write_game(root, "train", "pick_and_place_simple-AppleSliced-None-Fridge-1",
+                "pick_and_place_simple", "no")
+    return root
+
+
+def _rows(prepared: Path, name: str) -> list[dict]:
+    return [json.loads(line) for line in (prepared / f"{name}.jsonl").read_text().splitlines()]
+
+
+def test_splits_rows_and_rules(fake_root, tmp_path):
+    prepared = tmp_path / "prepared"
+    manifest = prepare(fake_root, prepared)
+    counts = {name: manifest["splits"][name]["games"] for name in OUTPUTS}
+    assert counts == {"train": 6, "train_seen": 4, "train_unseen": 2, "valid_seen": 1,
+                      "valid_unseen": 1}
+    train = _rows(prepared, "train")
+    assert {r["metadata"]["task_type"] for r in _rows(prepared, "train_seen")} == SEEN_TYPES
+    assert {r["metadata"]["task_type"] for r in _rows(prepared, "train_unseen")} == UNSEEN_TYPES
+    [valid] = _rows(prepared, "valid_seen")
+    assert valid["question"] == valid["prompt"] == "put a mug in desk."
+    assert valid["id"] == "valid_seen/pick_and_place_simple-Mug-None-Desk-7/trial_T1"
+    assert valid["metadata"] == {
+        "split": "valid_seen", "task_type": "pick_and_place_simple", "environment": "alfworld",
+        "game": f"{DATA_DIR}/valid_seen/pick_and_place_simple-Mug-None-Desk-7/trial_T1/"
+                "game.tw-pddl"}
+    ids = [r["id"] for name in ("train", "valid_seen", "valid_unseen")
+           for r in _rows(prepared, name)]
+    assert len(ids) == len(set(ids))
+    for row in train:
+        assert (fake_root / row["metadata"]["game"]).is_file()
+
+
+def test_idempotent(fake_root, tmp_path):
+    prepared = tmp_path / "prepared"
+    prepare(fake_root, prepared)
+    first = {p.name: p.read_bytes() for p in prepared.iterdir()}
+    prepare(fake_root, prepared)
+    assert {p.name: p.read_bytes() for p in prepared.iterdir()} == first
+    assert not [p for p in prepared.iterdir() if p.name.startswith(".")]
+
+
+def test_missing_data_names_both_ways(tmp_path):
+    with pytest.raises(MissingDataError) as err:
+        prepare(tmp_path / "nothing", tmp_path / "prepared")
+    assert "alfworld-download" in str(err.value)
+    assert "scripts/alfworld/prepare_data.sh --generate" in str(err.value)
+
+
+def test_cli_reads_config_then_env(fake_root, tmp_path, monkeypatch):
+    config = tmp_path / "cfg.yaml"
+    prepared = tmp_path / "out"
+    config.write_text(f"alfworld:\n  data_root: {tmp_path / 'missing'}\n"
+                      f"  prepared_dir: {prepared}\n")
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    with pytest.raises(SystemExit, match="alfworld-download"):
+        main(["--config", str(config)])
+    monkeypatch.setenv("ALFWORLD_DATA", str(fake_root))
+    main(["--config", str(config)])
+    assert len(_rows(prepared, "train")) == 6
+
+
+def test_task_sentence_parsing():
+    assert task_sentence('"rhs": "Your task is to: put a apple in fridge."') == \
+        "put a apple in fridge."
+    assert task_sentence("no task here") is None
+
+
+def test_prepares_generated_games(tmp_path):
+    """Same code path on real generated games: rows point at playable game files."""
+    pytest.importorskip("fast_downward")
+    from env.alfworld.generate import generate_dataset
+
+    root = tmp_path / "gen"
+    types = ("pick_and_place_simple", "look_at_obj_in_light")
+    report = generate_dataset(root, {"train": 1, "valid_seen": 1, "valid_unseen": 1}, seed=3,
+                              workers=2, task_types=types)
+    assert report.missing == 0
+    manifest = prepare(root, tmp_path / "prepared")
+    assert manifest["splits"]["train"]["by_task_type"] == {t: 1 for t in types}
+    assert manifest["splits"]["train_seen"]["games"] == 1
+    assert manifest["splits"]["train_unseen"]["games"] == 1
+    for name in ("train", "valid_seen", "valid_unseen"):
+        for row in _rows(tmp_path / "prepared", name):
+            game = json.loads((root / row["metadata"]["game"]).read_text())
+            assert f"Your task is to: {row['question']}" in game["grammar"]
+            assert not row["question"].startswith("Your task is to")
