@@ -1,0 +1,132 @@
+"""ALFWorld adapter: prompts, observation blocks, action parsing and packing of one episode.
+
+Owns everything the trainer knows about ALFWorld: the prepared row -> `TaskSpec` mapping
+(`metadata.game` is what `/reset` loads), reading the env server's answers, the solver's system
+prompt (with the skill card when one is given) and first user message ("Your task is to: ..."),
+the observation block of each turn (step number, observation text, numbered admissible actions),
+the `<action>` parsing (via `core.actions`; an unparseable reply is sent as-is and counted), the
+extractor prompt (task, trajectory, true outcome, skill schema), and packing: one episode is one
+training sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from evolving_rl.clients.env import EnvClient
+from evolving_rl.clients.tokenizer import Message
+from evolving_rl.core.actions import parse_alfworld_action
+from evolving_rl.domains.base import (
+    ActionChoice,
+    EnvProtocolError,
+    EpisodeTrace,
+    Observation,
+    TaskSpec,
+    Turn,
+)
+from evolving_rl.pipeline.types import Role, SampleStatus, TrainSample
+
+TASK_PREFIX = "Your task is to:"
+MAX_RAW_COMMAND_CHARS = 200  # an unparseable reply is sent as-is, up to this length
+
+SOLVER_SYSTEM = (
+    "You are an agent in a text-based household environment. Each turn shows the step "
+    "number, what you observe and the admissible actions. First think briefly inside "
+    "<reasoning>...</reasoning>, then write exactly one admissible action, copied verbatim, "
+    "inside <action>...</action>.")
+SKILL_INTRO = "A skill learned from a similar task; use it if it applies:"
+EXTRACTOR_SYSTEM = (
+    "You study an agent's attempt at a household task and write one reusable skill that "
+    "would help an agent solve similar tasks. Answer with the JSON object only.")
+
+
+def _string(data: Mapping[str, Any], key: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str):
+        raise EnvProtocolError(f"env answer lacks string field {key!r}")
+    return value
+
+
+def read_observation(data: Mapping[str, Any]) -> Observation:
+    """An env server answer (`/reset` or `/step`) as an `Observation`."""
+    actions = data.get("admissible_actions", [])
+    if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
+        raise EnvProtocolError("env answer: 'admissible_actions' must be a list of strings")
+    won = bool(data.get("won", False))
+    return Observation(_string(data, "observation"), tuple(actions),
+                       done=bool(data.get("done", False)) or won, score=1.0 if won else 0.0)
+
+
+def strip_task_line(text: str) -> str:
+    """The observation without its "Your task is to: ..." line (the prompt states the task)."""
+    lines = [line for line in text.splitlines() if not line.strip().startswith(TASK_PREFIX)]
+    return "\n".join(lines).strip()
+
+
+class AlfworldAdapter:
+    """`EnvironmentAdapter` for the ALFWorld router (`/reset {game}`, `/step`, `/close`).
+
+    `lenient` lets a number or a numbered line pick an admissible action (for small models).
+    """
+
+    name = "alfworld"
+    stop = ("</action>",)
+
+    def __init__(self, lenient: bool = False) -> None:
+        self.lenient = lenient
+
+    def task_from_row(self, row: Mapping[str, Any]) -> TaskSpec:
+        metadata = row.get("metadata") or {}
+        if not isinstance(metadata, Mapping) or not isinstance(metadata.get("game"), str):
+            raise ValueError(f"ALFWorld row {row.get('id')!r} lacks metadata.game")
+        return TaskSpec(id=str(row["id"]), question=str(row["question"]),
+                        task_type=str(metadata.get("task_type", "")),
+                        split=str(metadata.get("split", "")), metadata=dict(metadata))
+
+    async def reset(self, env: EnvClient, task: TaskSpec) -> tuple[str, Observation]:
+        data = await env.reset({"game": task.metadata["game"]})
+        return _string(data, "episode_id"), read_observation(data)
+
+    async def step(self, env: EnvClient, episode_id: str, command: str) -> Observation:
+        return read_observation(await env.step(episode_id, command))
+
+    def solver_messages(self, task: TaskSpec, first: Observation,
+                        skill_card: str | None) -> list[Message]:
+        system = SOLVER_SYSTEM
+        if skill_card:
+            system = f"{SOLVER_SYSTEM}\n\n{SKILL_INTRO}\n\n{skill_card}"
+        user = f"{TASK_PREFIX} {task.question}\n\n{self.render_observation(0, first)}"
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+    def render_observation(self, step: int, observation: Observation) -> str:
+        text = strip_task_line(observation.text) if step == 0 else observation.text.strip()
+        actions = "\n".join(f"{i}. {a}" for i, a in enumerate(observation.actions, start=1))
+        return f"Step {step}.\nObservation: {text}\nAdmissible actions:\n{actions}"
+
+    def parse_action(self, text: str, observation: Observation) -> ActionChoice:
+        parsed = parse_alfworld_action(text, observation.actions, lenient=self.lenient)
+        command = parsed.action if parsed.action is not None else text.strip()
+        return ActionChoice(command[:MAX_RAW_COMMAND_CHARS], parsed.ok, str(parsed.status))
+
+    def extractor_messages(self, task: TaskSpec, turns: Sequence[Turn], success: bool,
+                           schema: str) -> list[Message]:
+        steps = "\n".join(
+            f"Step {i}. Observation: {turn.observation.strip()}\nAction: {turn.action}"
+            for i, turn in enumerate(turns))
+        outcome = "The agent SUCCEEDED." if success else "The agent FAILED."
+        user = (f"Task: {task.question}\n\nTrajectory:\n{steps or '(no steps)'}\n\n"
+                f"Outcome: {outcome}\n\n{schema}\n\n"
+                "Write the skill as one JSON object.")
+        return [{"role": "system", "content": EXTRACTOR_SYSTEM},
+                {"role": "user", "content": user}]
+
+    def pack(self, trace: EpisodeTrace, status: SampleStatus, reward: float | None,
+             role: Role, group_id: str, metadata: dict[str, Any]) -> list[TrainSample]:
+        if trace.n_generated == 0:
+            return []
+        return [TrainSample(role=role, prompt_ids=list(trace.prompt_ids),
+                            response_ids=list(trace.response_ids),
+                            loss_mask=list(trace.loss_mask), log_probs=list(trace.log_probs),
+                            reward=reward, group_id=group_id, status=status,
+                            metadata=metadata)]

@@ -1,0 +1,124 @@
+"""What the environment-agnostic pipeline needs from an environment: the adapter protocol.
+
+Owns the records an adapter exchanges with the episode loop (`TaskSpec`, `Observation`,
+`ActionChoice`, `Turn`, `EpisodeTrace`) and the `EnvironmentAdapter` protocol: how a task row
+becomes a task, how the env server is reset and stepped, the solver and extractor prompts, the
+observation block of each turn, action parsing and how a finished episode is packed into
+training samples. Environment names appear only in the modules that implement it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from evolving_rl.clients.env import EnvClient
+from evolving_rl.clients.tokenizer import Message
+from evolving_rl.pipeline.types import Role, SampleStatus, TrainSample
+
+
+class EnvProtocolError(ValueError):
+    """An environment server answered with a body the adapter cannot read."""
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task of a prepared dataset: `question` is its description (the retrieval query)."""
+
+    id: str
+    question: str
+    task_type: str
+    split: str
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the environment shows after a reset or a step."""
+
+    text: str
+    actions: tuple[str, ...]  # admissible actions, when the environment lists them
+    done: bool = False
+    score: float = 0.0  # ALFWorld: won (1.0) or not; Mind2Web: step correctness
+
+
+@dataclass(frozen=True)
+class ActionChoice:
+    """The command sent to the environment and how it was read from the model text."""
+
+    command: str
+    valid: bool
+    status: str  # a core ActionStatus value
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One step of an episode: what the model saw, wrote and sent."""
+
+    observation: str
+    model_text: str
+    action: str
+    action_status: str
+
+
+@dataclass
+class EpisodeTrace:
+    """The token record of one episode: prompt, then observation blocks and model replies.
+
+    `loss_mask` is 1 on sampled tokens and 0 on observation tokens (log-prob 0.0 there).
+    """
+
+    prompt_ids: list[int]
+    response_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+
+    def add_observation(self, token_ids: Sequence[int]) -> None:
+        self.response_ids.extend(token_ids)
+        self.loss_mask.extend([0] * len(token_ids))
+        self.log_probs.extend([0.0] * len(token_ids))
+
+    def add_generation(self, token_ids: Sequence[int], log_probs: Sequence[float]) -> None:
+        self.response_ids.extend(token_ids)
+        self.loss_mask.extend([1] * len(token_ids))
+        self.log_probs.extend(log_probs)
+
+    @property
+    def length(self) -> int:
+        return len(self.prompt_ids) + len(self.response_ids)
+
+    @property
+    def n_generated(self) -> int:
+        return sum(self.loss_mask)
+
+
+class EnvironmentAdapter(Protocol):
+    """The environment-specific half of the episode loop and the rollout."""
+
+    name: str
+    stop: tuple[str, ...]  # stop strings of a solver turn
+
+    def task_from_row(self, row: Mapping[str, Any]) -> TaskSpec: ...
+
+    async def reset(self, env: EnvClient, task: TaskSpec) -> tuple[str, Observation]:
+        """Start an episode of `task`: (episode id, first observation)."""
+        ...
+
+    async def step(self, env: EnvClient, episode_id: str, command: str) -> Observation: ...
+
+    def solver_messages(self, task: TaskSpec, first: Observation,
+                        skill_card: str | None) -> list[Message]: ...
+
+    def render_observation(self, step: int, observation: Observation) -> str: ...
+
+    def parse_action(self, text: str, observation: Observation) -> ActionChoice: ...
+
+    def extractor_messages(self, task: TaskSpec, turns: Sequence[Turn], success: bool,
+                           schema: str) -> list[Message]: ...
+
+    def pack(self, trace: EpisodeTrace, status: SampleStatus, reward: float | None,
+             role: Role, group_id: str, metadata: dict[str, Any]) -> list[TrainSample]:
+        """Training samples of one finished episode (empty when nothing was generated)."""
+        ...

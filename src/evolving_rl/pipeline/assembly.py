@@ -1,0 +1,143 @@
+"""From finished episodes and extractions to training samples with group advantages.
+
+Owns `assemble`: solver rewards and extractor rewards by `core.rewards`, explicit GRPO group
+ids by `core.grid` (extractor group = the N skills of one source task; solver group = for one
+retrieved task, its N x R episodes across skills), advantages by `core.grpo` and role weights by
+`core.roles`. Samples that are not trainable or whose reward is undefined (infrastructure
+failures, no downstream evidence) leave their group before normalisation and are not emitted;
+nothing with zero response tokens is ever emitted. The optional source-episode samples
+(`pipeline.train_on_source_episode`) form one group per rollout: a single source episode per task
+has no group of its own to be compared with. Also builds the skill-library records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from evolving_rl.core.grid import Grid, extractor_group_id, solver_group_id
+from evolving_rl.core.grpo import GroupAdvantages, group_advantages
+from evolving_rl.core.rewards import (
+    ExtractorOutcome,
+    ExtractorReward,
+    extractor_reward,
+    solver_reward,
+)
+from evolving_rl.core.roles import Role as CoreRole
+from evolving_rl.core.roles import apply_role_weights
+from evolving_rl.pipeline.context import PipelineContext
+from evolving_rl.pipeline.episode import EpisodeResult
+from evolving_rl.pipeline.extraction import Extraction
+from evolving_rl.pipeline.skill_library import SkillRecord
+from evolving_rl.pipeline.types import Role, TrainSample
+
+if TYPE_CHECKING:
+    from evolving_rl.pipeline.rollout import SourceUnit
+
+SOURCE_GROUP = "solver-source"
+
+
+@dataclass
+class Assembled:
+    """Emitted samples, every candidate before filtering, and the group statistics."""
+
+    samples: list[TrainSample]
+    candidates: list[TrainSample]
+    advantages: GroupAdvantages
+    extractor_rewards: list[tuple[SourceUnit, Extraction, ExtractorReward]]
+    records: list[SkillRecord]
+
+
+def _episode_samples(ctx: PipelineContext, result: EpisodeResult, group_id: str,
+                     metadata: dict) -> list[TrainSample]:
+    if result.trace is None:
+        return []
+    reward = solver_reward(None if result.score is None else result.success)
+    if not result.status.trainable:
+        reward = None
+    metadata = {**metadata, "task_id": result.task.id, "task_type": result.task.task_type,
+                "stop_reason": result.stop_reason, "n_steps": result.n_steps,
+                "n_invalid_actions": result.n_invalid_actions, "success": result.success}
+    return ctx.adapter.pack(result.trace, result.status, reward, Role.SOLVER, group_id, metadata)
+
+
+def _extractor_sample(unit: SourceUnit, extraction: Extraction, reward: ExtractorReward,
+                      base: dict) -> list[TrainSample]:
+    generation = extraction.generation
+    if generation is None or not generation.token_ids:
+        return []
+    value = reward.value if extraction.status.trainable else None
+    metadata = {**base, "task_id": unit.task.id, "task_type": unit.task.task_type,
+                "skill_index": extraction.index, "reward_status": str(reward.status),
+                "skill_parsed": bool(extraction.parse and extraction.parse.ok),
+                "audit_passed": bool(extraction.audit and extraction.audit.ok),
+                "parse_reason": extraction.parse.reason if extraction.parse else "no_output"}
+    return [TrainSample(role=Role.EXTRACTOR, prompt_ids=list(extraction.prompt_ids),
+                        response_ids=list(generation.token_ids),
+                        loss_mask=[1] * len(generation.token_ids),
+                        log_probs=list(generation.log_probs), reward=value,
+                        group_id=extractor_group_id(unit.key), status=extraction.status,
+                        metadata=metadata)]
+
+
+def _record(unit: SourceUnit, extraction: Extraction, reward: ExtractorReward, grid: Grid,
+            tag: str) -> SkillRecord:
+    evidence = [unit.downstream[i] for i in grid.skill_episodes(extraction.index)
+                if i in unit.downstream]
+    parse, audit = extraction.parse, extraction.audit
+    skill = parse.skill.to_dict() if parse and parse.skill else None
+    return SkillRecord(
+        rollout=tag, source_id=unit.task.id, source_question=unit.task.question,
+        source_task_type=unit.task.task_type, source_success=unit.source.success,
+        skill_index=extraction.index, status=extraction.status.value,
+        parse_ok=bool(parse and parse.ok), parse_reason=parse.reason if parse else "no_output",
+        audit_ok=bool(audit and audit.ok), audit_rule=str(audit.rule) if audit and audit.rule
+        else None, audit_detail=audit.detail if audit else "", skill=skill,
+        raw_text=extraction.text[:4000], downstream_ids=[r.task.id for r in evidence],
+        downstream_scores=[r.score for r in evidence], reward=reward.value,
+        reward_status=str(reward.status))
+
+
+def _unit_samples(ctx: PipelineContext, unit: SourceUnit, grid: Grid, tag: str,
+                  out: Assembled) -> None:
+    base = {"rollout": tag, "source_id": unit.task.id}
+    for index, result in sorted(unit.downstream.items()):
+        cell = grid.coords(index)
+        out.candidates += _episode_samples(
+            ctx, result, solver_group_id(unit.key, cell.task),
+            {**base, "skill_index": cell.skill, "retrieved_rank": cell.task,
+             "repeat": cell.repeat})
+    for extraction in unit.extractions:
+        scores = tuple(unit.downstream[i].score for i in grid.skill_episodes(extraction.index)
+                       if i in unit.downstream)
+        outcome = ExtractorOutcome(
+            parsed=bool(extraction.parse and extraction.parse.ok),
+            audit_passed=bool(extraction.audit and extraction.audit.ok),
+            downstream_scores=scores, generation_failed=extraction.generation_failed)
+        reward = extractor_reward(outcome, ctx.rewards)
+        out.extractor_rewards.append((unit, extraction, reward))
+        out.candidates += _extractor_sample(unit, extraction, reward, base)
+        out.records.append(_record(unit, extraction, reward, grid, tag))
+    if ctx.cfg.pipeline.train_on_source_episode:
+        out.candidates += _episode_samples(ctx, unit.source, SOURCE_GROUP,
+                                           {**base, "source_episode": True})
+
+
+def assemble(ctx: PipelineContext, units: list[SourceUnit], grid: Grid, tag: str) -> Assembled:
+    """Samples with advantages for one rollout (rules in the module docstring)."""
+    out = Assembled([], [], group_advantages([], []), [], [])
+    for unit in units:
+        _unit_samples(ctx, unit, grid, tag, out)
+    candidates = [s for s in out.candidates if s.response_length > 0]
+    rewards = [s.reward if s.status.trainable else None for s in candidates]
+    out.advantages = group_advantages(
+        [s.group_id for s in candidates], rewards, eps=ctx.cfg.rewards.advantage_eps,
+        drop_zero_variance=ctx.cfg.rewards.drop_zero_variance_groups)
+    weighted = apply_role_weights(out.advantages.advantages,
+                                  [CoreRole(s.role.value) for s in candidates], ctx.weights)
+    for sample, advantage, keep in zip(candidates, weighted, out.advantages.keep, strict=True):
+        if keep and advantage is not None:
+            sample.advantage = advantage
+            out.samples.append(sample)
+    out.candidates = candidates
+    return out

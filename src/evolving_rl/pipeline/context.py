@@ -1,0 +1,152 @@
+"""The pipeline context: everything a rollout or an evaluation needs, built once per process.
+
+Owns `PipelineContext` (config, adapter, policy, tokenizer, env and retrieval clients, the task
+catalog of the retrieval split, the skill library, the concurrency semaphores and the core
+settings derived from config), `TaskCatalog` (task id -> `TaskSpec`, read from the prepared
+JSONL files) and `build_context`. Nothing here is global: the hooks or the local backend build a
+context inside their event loop and pass it to every call; `close` releases the HTTP pools it
+opened (the policy belongs to the caller).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evolving_rl.clients.env import EnvClient
+from evolving_rl.clients.policy import PolicyClient, SamplingParams, SGLangPolicyClient
+from evolving_rl.clients.retrieval import RetrievalClient
+from evolving_rl.clients.tokenizer import ChatTokenizer, HFChatTokenizer
+from evolving_rl.config.schema import Config, SamplingConfig
+from evolving_rl.core.audit import AuditConfig
+from evolving_rl.core.rewards import RewardConfig
+from evolving_rl.core.roles import RoleWeights
+from evolving_rl.domains.alfworld import AlfworldAdapter
+from evolving_rl.domains.base import EnvironmentAdapter, TaskSpec
+from evolving_rl.pipeline.skill_library import SkillLibrary
+
+logger = logging.getLogger(__name__)
+
+
+class TaskCatalog:
+    """Task id -> `TaskSpec` for every row of the prepared split files (first row per id)."""
+
+    def __init__(self, tasks: dict[str, TaskSpec]) -> None:
+        self._tasks = tasks
+
+    @classmethod
+    def load(cls, prepared_dir: str | Path, adapter: EnvironmentAdapter) -> TaskCatalog:
+        tasks: dict[str, TaskSpec] = {}
+        paths = sorted(Path(prepared_dir).glob("*.jsonl"))
+        if not paths:
+            raise FileNotFoundError(f"no prepared <split>.jsonl files in {prepared_dir}")
+        for path in paths:
+            with path.open(encoding="utf-8") as handle:
+                for line in handle:
+                    if line.strip():
+                        row = json.loads(line)
+                        tasks.setdefault(str(row["id"]), adapter.task_from_row(row))
+        return cls(tasks)
+
+    def get(self, task_id: str) -> TaskSpec | None:
+        return self._tasks.get(task_id)
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+
+@dataclass
+class Limits:
+    """Concurrency bounds, shared by every rollout of one context."""
+
+    episodes: asyncio.Semaphore
+    extractions: asyncio.Semaphore
+
+
+@dataclass
+class PipelineContext:
+    """Long-lived collaborators of the pipeline (see the module docstring)."""
+
+    cfg: Config
+    adapter: EnvironmentAdapter
+    policy: PolicyClient
+    tokenizer: ChatTokenizer
+    env: EnvClient
+    retrieval: RetrievalClient
+    catalog: TaskCatalog
+    library: SkillLibrary
+    limits: Limits
+    audit: AuditConfig | None  # None: the audit is disabled
+    rewards: RewardConfig = field(default_factory=RewardConfig)
+    weights: RoleWeights = field(default_factory=RoleWeights)
+    owned_policy: SGLangPolicyClient | None = None  # opened by build_context, closed by close
+
+    def sampling(self, cfg: SamplingConfig, solver: bool) -> SamplingParams:
+        """Sampling parameters of a role; solver turns stop at the adapter's stop strings."""
+        return SamplingParams.from_config(cfg, self.adapter.stop if solver else ())
+
+    async def close(self) -> None:
+        await self.env.close()
+        await self.retrieval.close()
+        if self.owned_policy is not None:
+            await self.owned_policy.close()
+
+
+def make_adapter(cfg: Config) -> EnvironmentAdapter:
+    if cfg.environment == "alfworld":
+        return AlfworldAdapter()
+    raise NotImplementedError(f"no pipeline adapter for environment {cfg.environment!r} yet")
+
+
+def _prepared_dir(cfg: Config) -> str:
+    if cfg.retrieval.prepared_dir:
+        return cfg.retrieval.prepared_dir
+    return cfg.alfworld.prepared_dir if cfg.environment == "alfworld" else cfg.mind2web.prepared_dir
+
+
+def _env_url(cfg: Config) -> str:
+    if cfg.environment == "alfworld":
+        return f"http://{cfg.alfworld.host}:{cfg.alfworld.router_port}"
+    return f"http://{cfg.mind2web.host}:{cfg.mind2web.port}"
+
+
+async def build_context(cfg: Config, policy: PolicyClient | None = None,
+                        tokenizer: ChatTokenizer | None = None, *, policy_url: str | None = None,
+                        tokenizer_path: str | None = None,
+                        adapter: EnvironmentAdapter | None = None,
+                        run_dir: str | Path | None = None) -> PipelineContext:
+    """Open the env and retrieval clients and load the task catalog; call inside the loop.
+
+    Give `policy` or `policy_url` (an SGLang server or router, opened and owned by the context),
+    and `tokenizer` or `tokenizer_path` (a Hugging Face tokenizer folder).
+    """
+    owned = None
+    if policy is None:
+        if policy_url is None:
+            raise ValueError("build_context needs a policy or a policy_url")
+        policy = owned = SGLangPolicyClient.open(policy_url, cfg.clients)
+    if tokenizer is None:
+        if tokenizer_path is None:
+            raise ValueError("build_context needs a tokenizer or a tokenizer_path")
+        tokenizer = HFChatTokenizer.from_pretrained(tokenizer_path)
+    adapter = adapter or make_adapter(cfg)
+    catalog = TaskCatalog.load(_prepared_dir(cfg), adapter)
+    audit = AuditConfig(max_non_latin_ratio=cfg.audit.max_non_latin_ratio,
+                        max_char_run=cfg.audit.max_char_run,
+                        min_unique_ngram_ratio=cfg.audit.min_unique_ngram_ratio)
+    logger.info("pipeline context: %s, %d tasks in the catalog", adapter.name, len(catalog))
+    return PipelineContext(
+        cfg=cfg, adapter=adapter, policy=policy, tokenizer=tokenizer,
+        env=EnvClient.open(_env_url(cfg), cfg.clients),
+        retrieval=RetrievalClient.open(f"http://{cfg.retrieval.host}:{cfg.retrieval.port}",
+                                       cfg.clients),
+        catalog=catalog, library=SkillLibrary.in_run_dir(run_dir or cfg.run.output_dir),
+        limits=Limits(asyncio.Semaphore(cfg.pipeline.max_concurrent_episodes),
+                      asyncio.Semaphore(cfg.pipeline.max_concurrent_extractions)),
+        audit=audit if cfg.audit.enabled else None,
+        rewards=RewardConfig(cfg.rewards.format_penalty, cfg.rewards.audit_penalty),
+        weights=RoleWeights(cfg.rewards.solver_weight, cfg.rewards.extractor_weight),
+        owned_policy=owned)

@@ -1,0 +1,166 @@
+"""The one episode loop, for every environment: reset, then turn by turn generate and step.
+
+Owns `EpisodeResult` and `run_episode`. The prompt is the adapter's chat-templated solver
+messages; each later turn appends the observation block (tokenised once, mask 0, log-prob 0.0)
+and then the sampled ids with their log-probs (mask 1), never re-tokenised. `max_new_tokens` is
+capped per turn by the per-turn cap and by the room left in the context. Every way an episode
+can end is a status, never an exception:
+
+  COMPLETED         the environment said done (score from the environment)
+  TRUNCATED         max_steps reached, or the context filled up (`stop_reason` says which; the
+                    episode is scored as not solved and stays trainable)
+  CONTEXT_OVERFLOW  the prompt alone leaves no room for a reply (nothing generated)
+  POLICY_ERROR      the policy server failed; ENV_ERROR: the env server failed or answered
+                    something unreadable; ABORTED / EMPTY: the server aborted or returned nothing
+Infrastructure failures score None (the sample leaves its GRPO group). Replies without a valid
+action are sent as-is and counted in `action_statuses`. The env episode is always closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from evolving_rl.clients.http import ServerError, TransportError
+from evolving_rl.clients.policy import FinishReason, PolicyError, SamplingParams
+from evolving_rl.domains.base import EnvProtocolError, EpisodeTrace, Observation, TaskSpec, Turn
+from evolving_rl.pipeline.context import PipelineContext
+from evolving_rl.pipeline.timing import IOClock
+from evolving_rl.pipeline.types import SampleStatus
+
+logger = logging.getLogger(__name__)
+
+ENV_ERRORS = (TransportError, ServerError, EnvProtocolError)
+
+
+@dataclass
+class EpisodeResult:
+    """How one episode ended, with its token record (None when the reset failed)."""
+
+    task: TaskSpec
+    trace: EpisodeTrace | None
+    status: SampleStatus
+    stop_reason: str
+    score: float | None  # None: failed for an infrastructure reason
+    action_statuses: Counter[str] = field(default_factory=Counter)
+    error: str | None = None
+    started_s: float = 0.0
+    duration_s: float = 0.0
+
+    @property
+    def success(self) -> bool:
+        return bool(self.score) and self.score >= 1.0
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.trace.turns) if self.trace else 0
+
+    @property
+    def n_invalid_actions(self) -> int:
+        return sum(n for status, n in self.action_statuses.items() if status != "ok")
+
+
+@dataclass
+class _Episode:
+    """Mutable state of one running episode."""
+
+    ctx: PipelineContext
+    clock: IOClock
+    task: TaskSpec
+    episode_id: str
+    trace: EpisodeTrace
+    actions: Counter[str] = field(default_factory=Counter)
+
+    def end(self, status: SampleStatus, reason: str, score: float | None,
+            error: str | None = None) -> EpisodeResult:
+        if error:
+            logger.warning("episode of %s ended with %s: %s", self.task.id, status.value, error)
+        return EpisodeResult(self.task, self.trace, status, reason, score, self.actions, error)
+
+
+async def _turn(ep: _Episode, observation: Observation, sampling: SamplingParams,
+                step: int, last_id: int | None) -> EpisodeResult | tuple[Observation, int]:
+    """One observation block + reply + env step; an `EpisodeResult` when the episode ends."""
+    ctx, trace = ep.ctx, ep.trace
+    max_context = ctx.cfg.pipeline.max_context_tokens
+    if step > 0:
+        block = ctx.tokenizer.encode_followup(
+            ctx.adapter.render_observation(step, observation), last_id)
+        if trace.length + len(block) >= max_context:
+            return ep.end(SampleStatus.TRUNCATED, "context_limit", 0.0)
+        trace.add_observation(block)
+    room = max_context - trace.length
+    try:
+        with ep.clock.wait("policy"):
+            generation = await ctx.policy.generate(
+                trace.prompt_ids + trace.response_ids,
+                sampling.capped(min(ctx.cfg.pipeline.max_turn_tokens, room)))
+    except PolicyError as error:
+        return ep.end(SampleStatus.POLICY_ERROR, "policy_error", None, str(error))
+    if generation.finish_reason is FinishReason.ABORT:
+        return ep.end(SampleStatus.ABORTED, "aborted", None)
+    if not generation.token_ids:
+        return ep.end(SampleStatus.EMPTY, "empty_generation", None)
+    trace.add_generation(generation.token_ids, generation.log_probs)
+    text = ctx.tokenizer.decode(generation.token_ids)
+    choice = ctx.adapter.parse_action(text, observation)
+    ep.actions[choice.status] += 1
+    trace.turns.append(Turn(observation.text, text, choice.command, choice.status))
+    if generation.finish_reason is FinishReason.LENGTH and trace.length >= max_context:
+        return ep.end(SampleStatus.TRUNCATED, "context_limit", 0.0)
+    try:
+        with ep.clock.wait("env"):
+            observation = await ctx.adapter.step(ctx.env, ep.episode_id, choice.command)
+    except ENV_ERRORS as error:
+        return ep.end(SampleStatus.ENV_ERROR, "env_error", None, str(error))
+    if observation.done:
+        return ep.end(SampleStatus.COMPLETED, "done", observation.score)
+    return observation, generation.token_ids[-1]
+
+
+async def _play(ep: _Episode, first: Observation, sampling: SamplingParams) -> EpisodeResult:
+    ctx = ep.ctx
+    if ep.trace.length >= ctx.cfg.pipeline.max_context_tokens:
+        return ep.end(SampleStatus.CONTEXT_OVERFLOW, "prompt_too_long", None,
+                      f"prompt of {ep.trace.length} tokens")
+    observation, last_id = first, None
+    for step in range(ctx.cfg.pipeline.max_steps):
+        outcome = await _turn(ep, observation, sampling, step, last_id)
+        if isinstance(outcome, EpisodeResult):
+            return outcome
+        observation, last_id = outcome
+    return ep.end(SampleStatus.TRUNCATED, "max_steps", 0.0)
+
+
+async def _close_episode(ctx: PipelineContext, clock: IOClock, episode_id: str) -> None:
+    try:
+        with clock.wait("env"):
+            await ctx.env.close_episode(episode_id)
+    except ENV_ERRORS as error:
+        logger.warning("closing env episode %s failed: %s", episode_id, error)
+
+
+async def run_episode(ctx: PipelineContext, clock: IOClock, task: TaskSpec,
+                      skill_card: str | None, sampling: SamplingParams) -> EpisodeResult:
+    """Play `task` once (with `skill_card` in the system prompt when given)."""
+    started = time.perf_counter()
+    try:
+        with clock.wait("env"):
+            episode_id, first = await ctx.adapter.reset(ctx.env, task)
+    except ENV_ERRORS as error:
+        logger.warning("reset of %s failed: %s", task.id, error)
+        result = EpisodeResult(task, None, SampleStatus.ENV_ERROR, "reset_failed", None,
+                               error=str(error))
+    else:
+        messages = ctx.adapter.solver_messages(task, first, skill_card)
+        ep = _Episode(ctx, clock, task, episode_id, EpisodeTrace(
+            ctx.tokenizer.encode_prompt(messages)))
+        try:
+            result = await _play(ep, first, sampling)
+        finally:
+            await asyncio.shield(_close_episode(ctx, clock, episode_id))
+    result.started_s, result.duration_s = started, time.perf_counter() - started
+    return result

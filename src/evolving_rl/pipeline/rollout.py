@@ -1,0 +1,154 @@
+"""The four-stage training rollout: source episode -> N extractions -> K retrieved tasks ->
+K x N x R downstream episodes, for every source task of the batch concurrently.
+
+Owns `SourceUnit` (everything one source task produced), `RolloutOutcome` and
+`run_training_rollout`, the entry point the slime hooks and the local backend call. Retrieval for
+the whole batch is one request, sent at the start so that it overlaps the source episodes; the
+source task itself is excluded unless `pipeline.include_source_in_retrieval`. Episodes run under
+the context's episode semaphore and extractions under its extraction semaphore. Rewards, GRPO
+advantages and role weights are computed by the core (see `assembly`); metrics in `metrics`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from evolving_rl.clients.http import ServerError, TransportError
+from evolving_rl.clients.policy import SamplingParams
+from evolving_rl.clients.retrieval import SearchQuery
+from evolving_rl.core.grid import Grid
+from evolving_rl.domains.base import TaskSpec
+from evolving_rl.pipeline.assembly import assemble
+from evolving_rl.pipeline.context import PipelineContext, build_context
+from evolving_rl.pipeline.episode import EpisodeResult, run_episode
+from evolving_rl.pipeline.extraction import Extraction, extract_skills
+from evolving_rl.pipeline.metrics import StageTimes, rollout_metrics
+from evolving_rl.pipeline.timing import IOClock
+from evolving_rl.pipeline.types import TrainSample
+
+__all__ = ["RolloutOutcome", "SourceUnit", "build_context", "play", "retrieve",
+           "run_training_rollout"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Retrieved:
+    """Retrieved tasks per source task, or why retrieval failed."""
+
+    tasks: list[list[TaskSpec]]
+    error: str | None = None
+    unknown_ids: int = 0
+
+
+@dataclass
+class SourceUnit:
+    """One source task and everything the rollout produced from it."""
+
+    position: int
+    task: TaskSpec
+    source: EpisodeResult
+    extractions: list[Extraction] = field(default_factory=list)
+    retrieved: list[TaskSpec] = field(default_factory=list)
+    retrieval_error: str | None = None
+    downstream: dict[int, EpisodeResult] = field(default_factory=dict)  # grid flat index
+
+    @property
+    def key(self) -> str:
+        """Unique within a rollout even when a task appears twice in the batch."""
+        return f"{self.position}:{self.task.id}"
+
+
+@dataclass
+class RolloutOutcome:
+    """What the backends train on, and what they log."""
+
+    samples: list[TrainSample]
+    metrics: dict[str, float]
+
+
+async def play(ctx: PipelineContext, clock: IOClock, task: TaskSpec, skill_card: str | None,
+               sampling: SamplingParams) -> EpisodeResult:
+    """One episode under the episode semaphore."""
+    async with ctx.limits.episodes:
+        return await run_episode(ctx, clock, task, skill_card, sampling)
+
+
+async def retrieve(ctx: PipelineContext, clock: IOClock, tasks: Sequence[TaskSpec],
+                   top_k: int) -> Retrieved:
+    """Top-k other tasks (of the retrieval split) for every task, in one request."""
+    pipeline = ctx.cfg.pipeline
+    queries = [SearchQuery(task.question,
+                           () if pipeline.include_source_in_retrieval else (task.id,))
+               for task in tasks]
+    try:
+        with clock.wait("retrieval"):
+            hits = await ctx.retrieval.search(queries, top_k, split=pipeline.retrieval_split,
+                                              order=pipeline.retrieval_order)
+    except (TransportError, ServerError) as error:
+        logger.warning("retrieval failed: %s", error)
+        return Retrieved([[] for _ in tasks], str(error))
+    out, unknown = [], 0
+    for row in hits:
+        found = [ctx.catalog.get(hit.id) for hit in row]
+        unknown += sum(task is None for task in found)
+        out.append([task for task in found if task is not None])
+    return Retrieved(out, None, unknown)
+
+
+async def _downstream(ctx: PipelineContext, clock: IOClock, grid: Grid, unit: SourceUnit,
+                      sampling: SamplingParams) -> None:
+    cells = [cell for cell in grid.cells()
+             if unit.extractions[cell.skill].usable and cell.task < len(unit.retrieved)]
+    results = await asyncio.gather(*(
+        play(ctx, clock, unit.retrieved[cell.task], unit.extractions[cell.skill].card, sampling)
+        for cell in cells))
+    unit.downstream = {grid.index(*cell): result
+                       for cell, result in zip(cells, results, strict=True)}
+
+
+async def _run_source(ctx: PipelineContext, clock: IOClock, grid: Grid, position: int,
+                      task: TaskSpec, retrieval: asyncio.Task[Retrieved]) -> SourceUnit:
+    sampling = ctx.cfg.sampling
+    solver = ctx.sampling(sampling.solver, solver=True)
+    unit = SourceUnit(position, task, await play(ctx, clock, task, None, solver))
+    if unit.source.score is None or unit.source.trace is None:
+        return unit  # no trajectory to learn from: the extractor has nothing to read
+    extractions, retrieved = await asyncio.gather(
+        extract_skills(ctx, clock, task, unit.source.trace.turns, unit.source.success,
+                       grid.n_skills, ctx.sampling(sampling.extractor, solver=False)),
+        asyncio.shield(retrieval))
+    unit.extractions = extractions
+    unit.retrieved, unit.retrieval_error = retrieved.tasks[position], retrieved.error
+    await _downstream(ctx, clock, grid, unit, solver)
+    return unit
+
+
+async def run_training_rollout(ctx: PipelineContext, rows: Sequence[Mapping[str, Any]], *,
+                               rollout_id: int | str | None = None) -> RolloutOutcome:
+    """Run the four stages for every prepared row in `rows` (the batch's source tasks)."""
+    started = time.perf_counter()
+    clock = IOClock()
+    tag = str(rollout_id) if rollout_id is not None else time.strftime("%Y%m%dT%H%M%S")
+    pipeline = ctx.cfg.pipeline
+    grid = Grid(pipeline.n_skills, pipeline.top_k, pipeline.n_repeats)
+    tasks = [ctx.adapter.task_from_row(row) for row in rows]
+    retrieval = asyncio.ensure_future(retrieve(ctx, clock, tasks, pipeline.top_k))
+    try:
+        units = list(await asyncio.gather(
+            *(_run_source(ctx, clock, grid, i, task, retrieval) for i, task in enumerate(tasks))))
+        retrieved = await retrieval
+    finally:
+        retrieval.cancel()
+    assembled = assemble(ctx, units, grid, tag)
+    ctx.library.append(assembled.records)
+    wall = time.perf_counter() - started
+    metrics = rollout_metrics(units, assembled, clock, StageTimes.of(units, wall), retrieved)
+    logger.info("rollout %s: %d samples from %d source tasks in %.1fs", tag,
+                len(assembled.samples), len(units), wall)
+    return RolloutOutcome(assembled.samples, metrics)

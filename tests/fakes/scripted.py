@@ -1,0 +1,112 @@
+"""A scripted, instant policy: picks an admissible action from the last observation block and
+writes a valid skill JSON when asked to extract. Deterministic (choices hash the prompt).
+
+`reply_text(prompt)` is the script; `sample_reply` turns any reply text into what a sampling
+server returns (ids, log-probs, finish reason) honouring stop strings and `max_new_tokens`;
+`ScriptedPolicy` is the in-process `PolicyClient` built from both.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import zlib
+from collections.abc import Callable, Sequence
+
+from evolving_rl.clients.policy import FinishReason, Generation, SamplingParams
+from tests.fakes.tokenizer import ByteChatTokenizer
+
+Responder = Callable[[str], str]
+
+EXTRACTOR_MARKER = "Trajectory:"
+_ACTION_LINE = re.compile(r"^\d+\. (.+)$")
+
+VALID_SKILL = {
+    "name": "Find the object, then finish the task",
+    "applicable_when": "A household task asks to move or use an object.",
+    "steps": ["Go to the likely receptacle.", "Take the object.", "Go to the target and use it."],
+    "pitfalls": ["Do not repeat an action that did nothing."],
+}
+
+
+GOOD_SKILL = {**VALID_SKILL, "name": "Take the mug"}
+BAD_SKILL = {**VALID_SKILL, "name": "Wander around"}
+CHINESE_SKILL = {**VALID_SKILL, "name": "找到杯子", "steps": ["走到桌子旁边"]}
+
+
+def skill_responder(outputs: Sequence[str], solver: Responder | None = None) -> Responder:
+    """Extractor answers cycle through `outputs`. The default solver sends the toy game's
+    winning command iff its skill card is GOOD_SKILL's, else a wandering command."""
+
+    cycle = itertools.cycle(outputs)
+
+    def respond(prompt: str) -> str:
+        if EXTRACTOR_MARKER in prompt:
+            return next(cycle)
+        if solver is not None:
+            return solver(prompt)
+        action = "take mug 1 from desk 1" if "Skill: Take the mug" in prompt else "go to shelf 1"
+        return f"<reasoning>ok</reasoning><action>{action}</action>"
+
+    return respond
+
+
+def token_log_prob(token_id: int) -> float:
+    """The log-prob the fakes report for a sampled id (tests check alignment against it)."""
+    return -((token_id % 13) + 1) / 10.0
+
+
+def admissible_from_prompt(prompt: str) -> list[str]:
+    """The numbered actions of the last observation block in `prompt`."""
+    block = prompt.rsplit("Admissible actions:\n", 1)
+    if len(block) < 2:
+        return []
+    actions = []
+    for line in block[1].splitlines():
+        match = _ACTION_LINE.match(line)
+        if not match:
+            break
+        actions.append(match.group(1))
+    return actions
+
+
+def reply_text(prompt: str) -> str:
+    """The scripted reply to a decoded prompt."""
+    if EXTRACTOR_MARKER in prompt:
+        return json.dumps(VALID_SKILL)
+    actions = admissible_from_prompt(prompt)
+    useful = [a for a in actions if not a.startswith(("look", "inventory", "examine"))]
+    choices = useful or actions or ["look"]
+    action = choices[zlib.crc32(prompt.encode("utf-8")) % len(choices)]
+    return f"<reasoning>Try something useful.</reasoning><action>{action}</action>"
+
+
+def sample_reply(text: str, sampling: SamplingParams,
+                 tokenizer: ByteChatTokenizer) -> tuple[list[int], FinishReason]:
+    """Ids of `text` cut after the first stop string or at `max_new_tokens`."""
+    stopped = False
+    for stop in sampling.stop:
+        at = text.find(stop)
+        if at != -1:
+            text, stopped = text[: at + len(stop)], True
+            break
+    ids = tokenizer.encode(text) + ([] if stopped else [tokenizer.eos_token_id])
+    if len(ids) > sampling.max_new_tokens:
+        return ids[: sampling.max_new_tokens], FinishReason.LENGTH
+    return ids, FinishReason.STOP
+
+
+class ScriptedPolicy:
+    """In-process `PolicyClient` answering with `responder` (the script by default)."""
+
+    def __init__(self, tokenizer: ByteChatTokenizer, responder: Responder = reply_text) -> None:
+        self.tokenizer = tokenizer
+        self.responder = responder
+        self.calls = 0
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
+        self.calls += 1
+        text = self.responder(self.tokenizer.decode(prompt_ids))
+        ids, finish = sample_reply(text, sampling, self.tokenizer)
+        return Generation(tuple(ids), tuple(token_log_prob(i) for i in ids), finish)

@@ -1,0 +1,202 @@
+"""Contract tests: the pipeline against the real ALFWorld and retrieval servers and a fake
+SGLang HTTP server (`tests/fakes/sglang_server.py`) that returns token ids and log-probs.
+
+Checks token/mask/log-prob alignment, group ids and advantages (recomputed with the core), role
+weights, exclusion of the source task, statuses for bad model output (no action tag, invalid
+skill JSON, non-English skill, context overflow) and an env server dying mid-rollout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from pathlib import Path
+
+import yaml
+
+from env.launch import free_port
+from evolving_rl.clients.policy import SGLangPolicyClient
+from evolving_rl.config import load_config
+from evolving_rl.core.grid import extractor_group_id, solver_group_id
+from evolving_rl.core.grpo import group_advantages
+from evolving_rl.pipeline.context import build_context
+from evolving_rl.pipeline.rollout import run_training_rollout
+from evolving_rl.pipeline.types import Role
+from tests.fakes.env import FakeEnvClient
+from tests.fakes.scripted import (
+    CHINESE_SKILL,
+    GOOD_SKILL,
+    reply_text,
+    skill_responder,
+    token_log_prob,
+)
+from tests.fakes.sglang_server import FakeSGLang
+from tests.fakes.tokenizer import ByteChatTokenizer
+from tests.pipeline.conftest import DATA, alfworld
+
+ROLLOUT_TIMEOUT_S = 240
+
+
+def _rows(n: int = 2) -> list[dict]:
+    """The first train task of each of the first `n` task types."""
+    rows, seen = [], set()
+    for line in (DATA / "prepared" / "train.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row["metadata"]["task_type"] not in seen:
+            seen.add(row["metadata"]["task_type"])
+            rows.append(row)
+    return rows[:n]
+
+
+async def _rollout(cfg, responder, rows, policy_wrapper=None):
+    fake = FakeSGLang(responder=responder)
+    url = await fake.start(free_port())
+    policy = SGLangPolicyClient.open(url, cfg.clients)
+    ctx = await build_context(cfg, policy_wrapper(policy) if policy_wrapper else policy,
+                              ByteChatTokenizer())
+    try:
+        outcome = await asyncio.wait_for(run_training_rollout(ctx, rows), ROLLOUT_TIMEOUT_S)
+    finally:
+        await ctx.close()
+        await policy.close()
+        await fake.stop()
+    return outcome, fake, ctx
+
+
+def _run(cfg, responder, rows=None, policy_wrapper=None):
+    return asyncio.run(_rollout(cfg, responder, rows or _rows(), policy_wrapper))
+
+
+def _with_pipeline(cfg, **changes):
+    return dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline, **changes))
+
+
+def test_real_retrieval_excludes_the_source_task(retrieval_server, contract_config):
+    """Real retrieval + fake SGLang over HTTP, toy env in memory (runs without the env server)."""
+    rows = _rows(3)
+
+    async def main():
+        fake = FakeSGLang(responder=skill_responder([json.dumps(GOOD_SKILL)], reply_text))
+        url = await fake.start(free_port())
+        ctx = await build_context(contract_config, policy_url=url, tokenizer=ByteChatTokenizer())
+        await ctx.env.close()
+        ctx.env = FakeEnvClient()
+        try:
+            return await run_training_rollout(ctx, rows)
+        finally:
+            await ctx.close()
+            await fake.stop()
+
+    outcome = asyncio.run(main())
+    assert outcome.metrics["retrieval/failed"] == 0.0
+    assert outcome.metrics["retrieval/source_retrieved"] == 0.0
+    downstream = {(s.metadata["source_id"], s.metadata["task_id"])
+                  for s in outcome.samples if s.role is Role.SOLVER}
+    assert downstream and all(source != task for source, task in downstream)
+    assert {task for _, task in downstream} <= {json.loads(line)["id"] for line in (
+        DATA / "prepared" / "train.jsonl").read_text().splitlines()}
+
+
+def test_samples_are_aligned_grouped_weighted_and_never_from_the_source(real_servers,
+                                                                        contract_config):
+    cfg = contract_config
+    outputs = [json.dumps(GOOD_SKILL), json.dumps({**GOOD_SKILL, "name": "Other"})]
+    outcome, fake, _ = _run(cfg, skill_responder(outputs, solver=reply_text))
+    assert outcome.samples
+    assert outcome.metrics.get("solver/status/env_error", 0.0) == 0.0
+    for sample in outcome.samples:
+        assert len(sample.loss_mask) == len(sample.log_probs) == sample.response_length > 0
+        for token, mask, log_prob in zip(sample.response_ids, sample.loss_mask,
+                                         sample.log_probs, strict=True):
+            assert log_prob == (token_log_prob(token) if mask else 0.0)
+        assert sample.tokens[: len(sample.prompt_ids)] == sample.prompt_ids
+    for body in fake.requests:
+        assert body["return_logprob"] is True
+        max_new = body["sampling_params"]["max_new_tokens"]
+        assert len(body["input_ids"]) + max_new <= cfg.pipeline.max_context_tokens
+    keys = {f"{i}:{row['id']}" for i, row in enumerate(_rows())}
+    allowed = {extractor_group_id(k) for k in keys} | {
+        solver_group_id(k, t) for k in keys for t in range(cfg.pipeline.top_k)}
+    assert {s.group_id for s in outcome.samples} <= allowed
+    expected = group_advantages([s.group_id for s in outcome.samples],
+                                [s.reward for s in outcome.samples],
+                                eps=cfg.rewards.advantage_eps)
+    for sample, advantage in zip(outcome.samples, expected.advantages, strict=True):
+        weight = (cfg.rewards.extractor_weight if sample.role is Role.EXTRACTOR
+                  else cfg.rewards.solver_weight)
+        assert abs(sample.advantage - weight * advantage) < 1e-9
+    solver = [s for s in outcome.samples if s.role is Role.SOLVER]
+    assert solver and all(s.metadata["task_id"] != s.metadata["source_id"] for s in solver)
+    assert outcome.metrics["retrieval/source_retrieved"] == 0.0
+
+
+def test_no_action_tag_is_sent_as_is_and_counted(real_servers, contract_config):
+    def solver(prompt: str) -> str:
+        return "I think I should look around the room first."
+
+    outcome, _, _ = _run(contract_config, skill_responder([json.dumps(GOOD_SKILL)], solver))
+    metrics = outcome.metrics
+    assert metrics["source/action/no_action_tag"] == 2 * contract_config.pipeline.max_steps
+    assert metrics["source/status/truncated"] == 2.0  # the game answered every raw reply
+    assert "source/status/env_error" not in metrics
+
+
+def test_invalid_and_non_english_skills_get_their_statuses(real_servers, contract_config):
+    outputs = ["{'name': 'not json'", json.dumps(CHINESE_SKILL)]
+    outcome, _, ctx = _run(contract_config, skill_responder(outputs, solver=reply_text))
+    metrics = outcome.metrics
+    assert metrics["extractor/reward_status/unparseable"] == 2.0
+    assert metrics["extractor/reward_status/audit_failed"] == 2.0
+    assert metrics["extractor/audit/non_english"] == 2.0
+    assert metrics["solver/episodes"] == 0.0  # no usable skill: nothing to play downstream
+    rewards = sorted(s.reward for s in outcome.samples)
+    assert rewards == [-contract_config.rewards.format_penalty] * 2 + [0.0] * 2
+    records = ctx.library.load()
+    assert {(r.parse_reason.split(":")[0], r.audit_rule) for r in records} == {
+        ("invalid_json", None), ("ok", "non_english")}
+
+
+def test_context_overflow_statuses(real_servers, contract_config):
+    rambling = skill_responder([json.dumps(GOOD_SKILL)], solver=lambda _: "x" * 5000)
+    cfg = _with_pipeline(contract_config, max_context_tokens=1800, max_turn_tokens=300)
+    outcome, _, _ = _run(cfg, rambling)
+    assert outcome.metrics["source/status/truncated"] == 2.0
+    assert all(s.metadata["stop_reason"] == "context_limit" and s.response_length > 0
+               and len(s.tokens) <= 1800 for s in outcome.samples if s.role is Role.SOLVER)
+    tiny = _with_pipeline(contract_config, max_context_tokens=200, max_turn_tokens=100)
+    outcome, _, _ = _run(tiny, rambling)
+    assert outcome.metrics["source/status/context_overflow"] == 2.0
+    assert outcome.samples == []
+
+
+def test_env_server_dying_mid_rollout_is_a_status_not_a_hang(real_servers, tmp_path):
+    data = yaml.safe_load(Path(real_servers).read_text())
+    port = free_port()
+    data["alfworld"].update(router_port=port, worker_base_port=port + 1,
+                            log_dir=str(tmp_path / "logs"))
+    config = tmp_path / "dying.yaml"
+    config.write_text(yaml.safe_dump(data))
+    cfg = load_config(config)
+    alfworld("start", config)
+
+    class KillsEnvAfter:
+        """Stops the env servers once the policy has been called `n` times."""
+
+        def __init__(self, inner, n: int = 6) -> None:
+            self.inner, self.n, self.calls = inner, n, 0
+
+        async def generate(self, prompt_ids, sampling):
+            self.calls += 1
+            if self.calls == self.n:
+                await asyncio.to_thread(alfworld, "stop", config)
+            return await self.inner.generate(prompt_ids, sampling)
+
+    try:
+        outcome, _, _ = _run(cfg, skill_responder([json.dumps(GOOD_SKILL)], reply_text),
+                             policy_wrapper=KillsEnvAfter)
+    finally:
+        alfworld("stop", config)
+    errors = sum(v for k, v in outcome.metrics.items() if k.endswith("/status/env_error"))
+    assert errors >= 1
+    assert all(s.status.trainable for s in outcome.samples)

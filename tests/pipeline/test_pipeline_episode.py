@@ -1,0 +1,140 @@
+"""The episode loop with fakes: token/mask/log-prob alignment, statuses, caps, env cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+
+from evolving_rl.clients.policy import PolicyError
+from evolving_rl.pipeline.episode import run_episode
+from evolving_rl.pipeline.timing import IOClock
+from evolving_rl.pipeline.types import SampleStatus
+from tests.fakes.context import fake_context, small_config, toy_task
+from tests.fakes.env import FakeEnvClient
+from tests.fakes.scripted import ScriptedPolicy, token_log_prob
+from tests.fakes.tokenizer import ByteChatTokenizer
+
+TOK = ByteChatTokenizer()
+WIN = "<reasoning>got it</reasoning><action>take mug 1 from desk 1</action>"
+WANDER = "<reasoning>hm</reasoning><action>go to shelf 1</action>"
+
+
+def _play(ctx, card=None):
+    sampling = ctx.sampling(ctx.cfg.sampling.solver, solver=True)
+    return asyncio.run(run_episode(ctx, IOClock(), toy_task(ctx), card, sampling))
+
+
+def test_multi_turn_sample_matches_chat_template_and_keeps_sampled_log_probs(tmp_path):
+    replies = iter([WANDER, "no tag here", WIN])
+    ctx = fake_context(tmp_path, policy=ScriptedPolicy(TOK, lambda _: next(replies)))
+    result = _play(ctx)
+    assert result.status is SampleStatus.COMPLETED and result.success and result.n_steps == 3
+    trace = result.trace
+    assert len(trace.response_ids) == len(trace.loss_mask) == len(trace.log_probs)
+    for token, mask, log_prob in zip(trace.response_ids, trace.loss_mask, trace.log_probs,
+                                     strict=True):
+        assert log_prob == (token_log_prob(token) if mask else 0.0)
+    # Packed tokens equal the chat template of the whole conversation (no re-tokenisation
+    # drift): system + first user, then (assistant reply, user observation) per turn.
+    messages = ctx.adapter.solver_messages(toy_task(ctx), _first_observation(), None)
+    for step, turn in enumerate(trace.turns[:-1], start=1):
+        messages += [{"role": "assistant", "content": turn.model_text},
+                     {"role": "user", "content": _observation_block(ctx, step, turn, trace)}]
+    expected = TOK.encode_prompt(messages) + TOK.encode(trace.turns[-1].model_text)
+    assert trace.prompt_ids + trace.response_ids == expected
+    assert result.action_statuses == {"ok": 2, "no_action_tag": 1}
+    assert ctx.env.actions[1] == "no tag here"  # sent as-is
+    assert ctx.env.open == set() and ctx.env.closed == ["ep0"]
+
+
+def _first_observation():
+    from evolving_rl.domains.alfworld import read_observation
+    from tests.fakes.env import ACTIONS, INTRO
+
+    return read_observation({"observation": INTRO.format(goal="game0"),
+                             "admissible_actions": ACTIONS})
+
+
+def _observation_block(ctx, step, turn, trace):
+    from evolving_rl.domains.base import Observation
+    from tests.fakes.env import ACTIONS
+
+    text = {"go to shelf 1": "You arrive somewhere."}.get(turn.action, "Nothing happens.")
+    return ctx.adapter.render_observation(step, Observation(text, tuple(ACTIONS)))
+
+
+def test_skill_card_goes_into_the_system_prompt(tmp_path):
+    ctx = fake_context(tmp_path, policy=ScriptedPolicy(TOK, lambda _: WIN))
+    result = _play(ctx, card="### Skill: take the mug")
+    prompt = TOK.decode(result.trace.prompt_ids)
+    system = prompt.split("<|im_end|>")[0]
+    assert "### Skill: take the mug" in system
+    assert "Your task is to: put mug 0 on the desk." in prompt
+    assert prompt.count("Your task is to:") == 1  # the env's own task line is not repeated
+
+
+def test_max_steps_truncates_and_scores_zero(tmp_path):
+    ctx = fake_context(tmp_path, policy=ScriptedPolicy(TOK, lambda _: WANDER))
+    result = _play(ctx)
+    assert result.status is SampleStatus.TRUNCATED and result.stop_reason == "max_steps"
+    assert result.score == 0.0 and result.n_steps == ctx.cfg.pipeline.max_steps
+
+
+def test_context_fills_up_and_every_request_fits_the_context(tmp_path):
+    seen = []
+
+    class Recording(ScriptedPolicy):
+        async def generate(self, prompt_ids, sampling):
+            seen.append((len(prompt_ids), sampling.max_new_tokens))
+            return await super().generate(prompt_ids, sampling)
+
+    cfg = small_config(max_context_tokens=1100, max_turn_tokens=300, max_steps=20)
+    ctx = fake_context(tmp_path, cfg, policy=Recording(TOK, lambda _: "x" * 1000))
+    result = _play(ctx)
+    assert result.status is SampleStatus.TRUNCATED and result.stop_reason == "context_limit"
+    assert result.trace.length <= 1100
+    assert all(n + cap <= 1100 and cap <= 300 for n, cap in seen)
+
+
+def test_prompt_longer_than_the_context_is_a_context_overflow(tmp_path):
+    ctx = fake_context(tmp_path, small_config(max_context_tokens=100, max_turn_tokens=50))
+    result = _play(ctx)
+    assert result.status is SampleStatus.CONTEXT_OVERFLOW and result.score is None
+    assert result.trace.n_generated == 0 and ctx.env.open == set()
+
+
+def test_policy_error_is_a_status_and_the_env_episode_is_closed(tmp_path):
+    class Failing:
+        async def generate(self, prompt_ids, sampling):
+            raise PolicyError("boom")
+
+    ctx = fake_context(tmp_path, policy=Failing())
+    result = _play(ctx)
+    assert result.status is SampleStatus.POLICY_ERROR and result.score is None
+    assert ctx.env.open == set()
+
+
+def test_env_dying_mid_episode_is_an_env_error(tmp_path):
+    ctx = fake_context(tmp_path, policy=ScriptedPolicy(TOK, lambda _: WANDER),
+                       env=FakeEnvClient(fail_after=2))
+    result = _play(ctx)
+    assert result.status is SampleStatus.ENV_ERROR and result.score is None
+    assert "connection refused" in result.error
+
+
+def test_cancelled_episode_still_closes_its_env_episode(tmp_path):
+    class Hanging:
+        async def generate(self, prompt_ids, sampling):
+            await asyncio.sleep(60)
+
+    ctx = fake_context(tmp_path, policy=Hanging())
+
+    async def main():
+        task = asyncio.ensure_future(run_episode(
+            ctx, IOClock(), toy_task(ctx), None,
+            ctx.sampling(ctx.cfg.sampling.solver, solver=True)))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())
+    assert ctx.env.closed == ["ep0"] and ctx.env.open == set()

@@ -1,0 +1,147 @@
+"""The four-stage rollout with fakes: groups, advantages, role weights, exclusion, statuses,
+the skill library and the metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import math
+import statistics
+
+from evolving_rl.core.grid import extractor_group_id, solver_group_id
+from evolving_rl.pipeline.rollout import run_training_rollout
+from evolving_rl.pipeline.types import Role, SampleStatus
+from tests.fakes.context import fake_context, small_config, toy_rows
+from tests.fakes.env import FakeRetrievalClient
+from tests.fakes.scripted import (
+    BAD_SKILL,
+    CHINESE_SKILL,
+    GOOD_SKILL,
+    ScriptedPolicy,
+    skill_responder,
+)
+from tests.fakes.tokenizer import ByteChatTokenizer
+
+TOK = ByteChatTokenizer()
+GOOD, BAD, CHINESE = GOOD_SKILL, BAD_SKILL, CHINESE_SKILL
+
+
+def _rollout(ctx, n_rows=2):
+    return asyncio.run(run_training_rollout(ctx, toy_rows(n_rows), rollout_id=7))
+
+
+def _normalised(values):
+    mean, std = statistics.fmean(values), statistics.pstdev(values)
+    return [(v - mean) / (std + 1e-6) for v in values]
+
+
+def test_groups_advantages_and_role_weights(tmp_path):
+    outputs = [json.dumps(GOOD), json.dumps(BAD), "{not json"]
+    ctx = fake_context(tmp_path, policy=ScriptedPolicy(TOK, skill_responder(outputs)))
+    outcome = _rollout(ctx)
+    cfg = ctx.cfg.pipeline  # N=3, K=2, R=2
+    solver = [s for s in outcome.samples if s.role is Role.SOLVER]
+    extractor = [s for s in outcome.samples if s.role is Role.EXTRACTOR]
+    assert len(extractor) == 2 * cfg.n_skills
+    # The unparseable skill is not played: 2 usable skills x K x R per source task.
+    assert len(solver) == 2 * 2 * cfg.top_k * cfg.n_repeats
+    for position in range(2):
+        key = f"{position}:t{position}"
+        group = [s for s in extractor if s.group_id == extractor_group_id(key)]
+        rewards = [s.reward for s in sorted(group, key=lambda s: s.metadata["skill_index"])]
+        assert rewards == [1.0, 0.0, -ctx.cfg.rewards.format_penalty]
+        expected = [0.2 * a for a in _normalised(rewards)]
+        got = [s.advantage for s in sorted(group, key=lambda s: s.metadata["skill_index"])]
+        assert all(math.isclose(a, b, abs_tol=1e-9) for a, b in zip(got, expected, strict=True))
+        for k in range(cfg.top_k):
+            members = [s for s in solver if s.group_id == solver_group_id(key, k)]
+            assert len(members) == 2 * cfg.n_repeats  # usable skills x repeats
+            for sample in members:
+                assert sample.advantage == (1.0 if sample.reward == 1.0 else -1.0) * (
+                    1 / (0.5 + 1e-6)) * 0.5
+    assert outcome.metrics["extractor/parse/invalid_json"] == 2.0
+    assert outcome.metrics["groups/zero_variance"] == 0.0
+    assert all(s.response_length > 0 for s in outcome.samples)
+
+
+def test_source_task_is_excluded_from_retrieval_unless_asked(tmp_path):
+    retrieval = FakeRetrievalClient([f"t{i}" for i in range(6)])
+    ctx = fake_context(tmp_path, retrieval=retrieval)
+    outcome = _rollout(ctx)
+    queries, k = retrieval.requests[0]
+    assert [q.exclude_ids for q in queries] == [("t0",), ("t1",)] and k == ctx.cfg.pipeline.top_k
+    assert outcome.metrics["retrieval/source_retrieved"] == 0.0
+    assert all(s.metadata["task_id"] != s.metadata["source_id"]
+               for s in outcome.samples if s.role is Role.SOLVER)
+    included = fake_context(tmp_path, small_config(include_source_in_retrieval=True))
+    assert _rollout(included).metrics["retrieval/source_retrieved"] == 2.0
+
+
+def test_non_english_and_invalid_skills_get_statuses_and_the_library_records_them(tmp_path):
+    outputs = [json.dumps(GOOD), json.dumps(CHINESE), "no json at all"]
+    ctx = fake_context(tmp_path, policy=ScriptedPolicy(TOK, skill_responder(outputs)))
+    outcome = _rollout(ctx, n_rows=1)
+    assert outcome.metrics["extractor/audit_failures"] == 1.0
+    assert outcome.metrics["extractor/audit/non_english"] == 1.0
+    assert outcome.metrics["extractor/reward_status/unparseable"] == 1.0
+    records = ctx.library.load()
+    assert [(r.parse_ok, r.audit_ok, r.reward_status) for r in records] == [
+        (True, True, "ok"), (True, False, "audit_failed"), (False, False, "unparseable")]
+    assert records[0].source_id == "t0" and records[0].rollout == "7"
+    assert len(records[0].downstream_scores) == ctx.cfg.pipeline.top_k * ctx.cfg.pipeline.n_repeats
+    assert records[0].reward == 1.0 and records[0].skill["name"] == "Take the mug"
+    parsed = [s.metadata["skill_parsed"] for s in outcome.samples if s.role is Role.EXTRACTOR]
+    assert parsed == [True, True, False]
+
+
+def test_failed_samples_leave_their_groups_and_are_never_emitted(tmp_path):
+    calls = itertools.count()
+    base = skill_responder([json.dumps(GOOD), json.dumps(BAD), json.dumps(GOOD)])
+
+    class Flaky(ScriptedPolicy):
+        async def generate(self, prompt_ids, sampling):
+            from evolving_rl.clients.policy import PolicyError
+
+            if next(calls) % 5 == 3:
+                raise PolicyError("flaky")
+            return await super().generate(prompt_ids, sampling)
+
+    ctx = fake_context(tmp_path, policy=Flaky(TOK, base))
+    outcome = _rollout(ctx, n_rows=3)
+    assert outcome.metrics["samples/dropped"] > 0 or outcome.metrics.get(
+        "solver/status/policy_error", 0) > 0
+    assert all(s.status.trainable and s.reward is not None for s in outcome.samples)
+    assert all(s.response_length > 0 for s in outcome.samples)
+
+
+def test_retrieval_failure_gives_no_downstream_and_drops_extractors(tmp_path):
+    ctx = fake_context(tmp_path, retrieval=FakeRetrievalClient([], fail=True))
+    outcome = _rollout(ctx)
+    assert outcome.metrics["retrieval/failed"] == 1.0
+    assert outcome.samples == []
+    assert outcome.metrics["extractor/reward_status/no_downstream"] == 2 * 3
+
+
+def test_source_episode_is_trained_only_when_asked(tmp_path):
+    plain = _rollout(fake_context(tmp_path))
+    assert not any(s.metadata.get("source_episode") for s in plain.samples)
+    ctx = fake_context(tmp_path, small_config(train_on_source_episode=True))
+    sources = [s for s in _rollout(ctx).samples if s.metadata.get("source_episode")]
+    assert len(sources) == 2 and all(s.group_id == "solver-source" for s in sources)
+
+
+def test_metrics_cover_roles_statuses_groups_and_timings(tmp_path):
+    outcome = _rollout(fake_context(tmp_path))
+    metrics = outcome.metrics
+    for key in ("solver/reward_mean", "extractor/reward_mean", "solver/success_rate",
+                "source/success_rate", "groups/zero_variance", "extractor/audit_failures",
+                "timing/wall_s", "timing/policy_wait_covered_s", "timing/env_wait_covered_s",
+                "timing/retrieval_wait_covered_s", "timing/overhead_fraction",
+                "timing/downstream_overlap", "solver/episodes"):
+        assert key in metrics, key
+    assert any(key.startswith("task_type/") for key in metrics)
+    assert any(key.startswith("solver/status/") for key in metrics)
+    assert all(isinstance(v, float) for v in metrics.values())
+    assert all(s.status in (SampleStatus.COMPLETED, SampleStatus.TRUNCATED)
+               for s in outcome.samples)
