@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# Train the solver + extractor policy on ALFWorld with slime (reference run, DESIGN.md section 1):
+# Qwen2.5-7B-Instruct, 8 GPUs, TP 2, training and rollout colocated, 16 source tasks per rollout,
+# one optimiser step per rollout, Adam lr 1e-6 constant, betas (0.9, 0.98), wd 0.1, PPO clip
+# 0.1 / 0.15, low-variance KL to the reference (per-role coefficients from our config).
+#
+# Starts, in order: the ALFWorld env servers and the retrieval server (our launchers, PID files),
+# a Ray head, then `ray job submit` of slime's train.py with our hooks; waits for the job. On exit
+# or Ctrl-C it stops exactly what it started: the Ray job it submitted, the Ray head it started
+# (`ray start --head` fails when one already runs, so never someone else's), and the servers via
+# their launchers' PID files. Nothing is killed by name.
+#
+# Prerequisites: the slime Docker image (slimerl/slime) or an equivalent environment with this
+# project installed; `git submodule update --init slime`; the prompt JSONL from
+# scripts/alfworld/prepare_data.sh; the HF model in $MODEL_DIR and its torch_dist conversion in
+# $REF_DIR (scripts/models/convert_hf_to_torch_dist.sh).
+#
+# Environment overrides (defaults in brackets):
+#   CONFIG [configs/alfworld.yaml]  SLIME_DIR [<repo>/slime]  MEGATRON_DIR [/root/Megatron-LM]
+#   MODEL_DIR [<repo>/models/Qwen2.5-7B-Instruct]  REF_DIR [$MODEL_DIR_torch_dist]
+#   MODEL_ARGS_NAME [qwen2.5-7B] (slime's scripts/models/<name>.sh)  RUN_DIR [<repo>/runs/alfworld]
+#   SAVE_DIR [$RUN_DIR/checkpoints]  PREPARED_DIR [<repo>/data/alfworld/prepared]
+#   TRAIN_SPLIT [train_seen]  EVAL_SPLITS ["valid_unseen valid_seen"]  EVAL_INTERVAL [10]
+#   NUM_GPUS [8]  TP_SIZE [2]  ROLLOUT_GPUS_PER_ENGINE [$TP_SIZE]  PROMPTS_PER_ROLLOUT [16]
+#   NUM_ROLLOUT [300]  SAVE_INTERVAL [20]  MAX_TOKENS_PER_GPU [16384]  SGLANG_MEM_FRACTION [0.7]
+#   RAY_PORT [6379]  RAY_DASHBOARD_PORT [8265]  PYTHON [python3]
+# Extra arguments are appended to slime's train.py command line.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+CONFIG="$(realpath "${CONFIG:-$ROOT/configs/alfworld.yaml}")"
+SLIME_DIR="$(realpath "${SLIME_DIR:-$ROOT/slime}")"
+MEGATRON_DIR="${MEGATRON_DIR:-/root/Megatron-LM}"
+MODEL_DIR="${MODEL_DIR:-$ROOT/models/Qwen2.5-7B-Instruct}"
+REF_DIR="${REF_DIR:-${MODEL_DIR}_torch_dist}"
+MODEL_ARGS_NAME="${MODEL_ARGS_NAME:-qwen2.5-7B}"
+RUN_DIR="${RUN_DIR:-$ROOT/runs/alfworld}"
+SAVE_DIR="${SAVE_DIR:-$RUN_DIR/checkpoints}"
+PREPARED_DIR="${PREPARED_DIR:-$ROOT/data/alfworld/prepared}"
+TRAIN_SPLIT="${TRAIN_SPLIT:-train_seen}"
+EVAL_SPLITS="${EVAL_SPLITS:-valid_unseen valid_seen}"
+EVAL_INTERVAL="${EVAL_INTERVAL:-10}"
+NUM_GPUS="${NUM_GPUS:-8}"
+TP_SIZE="${TP_SIZE:-2}"
+ROLLOUT_GPUS_PER_ENGINE="${ROLLOUT_GPUS_PER_ENGINE:-$TP_SIZE}"
+PROMPTS_PER_ROLLOUT="${PROMPTS_PER_ROLLOUT:-16}"
+NUM_ROLLOUT="${NUM_ROLLOUT:-300}"
+SAVE_INTERVAL="${SAVE_INTERVAL:-20}"
+MAX_TOKENS_PER_GPU="${MAX_TOKENS_PER_GPU:-16384}"
+SGLANG_MEM_FRACTION="${SGLANG_MEM_FRACTION:-0.7}"
+RAY_PORT="${RAY_PORT:-6379}"
+RAY_DASHBOARD_PORT="${RAY_DASHBOARD_PORT:-8265}"
+PYTHON="${PYTHON:-python3}"
+HOOKS=evolving_rl.slime_hooks
+
+die() { echo "train_alfworld.sh: $*" >&2; exit 2; }
+for path in "$SLIME_DIR/train.py" "$SLIME_DIR/scripts/models/$MODEL_ARGS_NAME.sh" \
+            "$MODEL_DIR" "$REF_DIR" "$PREPARED_DIR/$TRAIN_SPLIT.jsonl"; do
+    [ -e "$path" ] || die "missing $path (see the prerequisites at the top of this script)"
+done
+EVAL_DATA=()
+for split in $EVAL_SPLITS; do
+    [ -e "$PREPARED_DIR/$split.jsonl" ] || die "missing $PREPARED_DIR/$split.jsonl"
+    EVAL_DATA+=("$split" "$PREPARED_DIR/$split.jsonl")
+done
+mkdir -p "$RUN_DIR"
+export PYTHONPATH="$ROOT:$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+
+# --- cleanup: only what this script started, newest first -----------------------------------
+ENV_STARTED=0 RETRIEVAL_STARTED=0 RAY_STARTED=0 JOB_ID="" SUBMIT_PID=""
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    if [ -n "$JOB_ID" ]; then
+        ray job stop --address "http://127.0.0.1:$RAY_DASHBOARD_PORT" "$JOB_ID" >/dev/null 2>&1 || true
+    fi
+    if [ -n "$SUBMIT_PID" ] && kill -0 "$SUBMIT_PID" 2>/dev/null; then
+        kill "$SUBMIT_PID" 2>/dev/null || true
+    fi
+    [ "$RAY_STARTED" = 1 ] && { ray stop || echo "ray stop failed" >&2; }
+    [ "$RETRIEVAL_STARTED" = 1 ] && { "$PYTHON" -m env.retrieval.launcher stop --config "$CONFIG" \
+        || echo "retrieval server stop failed" >&2; }
+    [ "$ENV_STARTED" = 1 ] && { "$PYTHON" -m env.alfworld.launch stop --config "$CONFIG" \
+        || echo "ALFWorld env server stop failed" >&2; }
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# --- servers and Ray ------------------------------------------------------------------------
+"$PYTHON" -m env.alfworld.launch start --config "$CONFIG"
+ENV_STARTED=1
+"$PYTHON" -m env.retrieval.launcher start --config "$CONFIG"
+RETRIEVAL_STARTED=1
+ray start --head --port "$RAY_PORT" --num-gpus "$NUM_GPUS" --disable-usage-stats \
+    --dashboard-host 127.0.0.1 --dashboard-port "$RAY_DASHBOARD_PORT"
+RAY_STARTED=1
+
+# --- slime arguments ------------------------------------------------------------------------
+# Our options travel in one YAML key (slime ignores unknown flags; the hooks validate it).
+CUSTOM_CONFIG="$RUN_DIR/slime_custom_config.yaml"
+"$PYTHON" -c 'import json, sys; print(json.dumps({"evolving_rl_config": sys.argv[1]}))' \
+    "$CONFIG" > "$CUSTOM_CONFIG"
+# shellcheck source=/dev/null
+source "$SLIME_DIR/scripts/models/$MODEL_ARGS_NAME.sh"  # defines MODEL_ARGS
+
+CLUSTER_ARGS=(--actor-num-nodes 1 --actor-num-gpus-per-node "$NUM_GPUS" --colocate)
+CKPT_ARGS=(--hf-checkpoint "$MODEL_DIR" --ref-load "$REF_DIR" --load "$SAVE_DIR"
+           --save "$SAVE_DIR" --save-interval "$SAVE_INTERVAL")
+HOOK_ARGS=(
+    --rollout-function-path "$HOOKS.generate_rollout"
+    --custom-convert-samples-to-train-data-path "$HOOKS.convert_samples_to_train_data"
+    --custom-reward-post-process-path "$HOOKS.post_process_rewards"
+    --custom-rollout-log-function-path "$HOOKS.log_rollout"
+    --custom-eval-rollout-log-function-path "$HOOKS.log_eval_rollout"
+    --loss-type custom_loss --custom-loss-function-path "$HOOKS.policy_loss"
+    --custom-config-path "$CUSTOM_CONFIG"
+)
+# One source task per data-source sample; the pipeline expands it into N x (1 + K x R) samples.
+ROLLOUT_ARGS=(--prompt-data "$PREPARED_DIR/$TRAIN_SPLIT.jsonl" --input-key prompt --label-key id
+              --metadata-key metadata --rollout-shuffle --num-rollout "$NUM_ROLLOUT"
+              --rollout-batch-size "$PROMPTS_PER_ROLLOUT" --n-samples-per-prompt 1
+              --num-steps-per-rollout 1 --rollout-temperature 1.0 --rollout-top-p 1.0)
+EVAL_ARGS=(--eval-interval "$EVAL_INTERVAL" --eval-prompt-data "${EVAL_DATA[@]}")
+# The loss reads clip range and per-role KL/entropy from our config; the hooks refuse values here
+# that disagree with it. --use-kl-loss makes slime compute reference log-probs.
+LOSS_ARGS=(--advantage-estimator grpo --use-kl-loss --kl-loss-coef 0.01 --kl-loss-type low_var_kl
+           --eps-clip 0.1 --eps-clip-high 0.15 --calculate-per-token-loss)
+OPTIMIZER_ARGS=(--optimizer adam --lr 1e-6 --lr-decay-style constant --weight-decay 0.1
+                --adam-beta1 0.9 --adam-beta2 0.98 --clip-grad 1.0)
+PERF_ARGS=(--tensor-model-parallel-size "$TP_SIZE" --sequence-parallel
+           --pipeline-model-parallel-size 1 --context-parallel-size 1
+           --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
+           --use-dynamic-batch-size --max-tokens-per-gpu "$MAX_TOKENS_PER_GPU")
+SGLANG_ARGS=(--rollout-num-gpus-per-engine "$ROLLOUT_GPUS_PER_ENGINE"
+             --sglang-mem-fraction-static "$SGLANG_MEM_FRACTION")
+MISC_ARGS=(--attention-dropout 0.0 --hidden-dropout 0.0 --accumulate-allreduce-grads-in-fp32
+           --attention-softmax-in-fp32 --attention-backend flash)
+
+RUNTIME_ENV_JSON="$("$PYTHON" -c 'import json, sys
+print(json.dumps({"env_vars": {"PYTHONPATH": sys.argv[1], "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+                               "PYTHONUNBUFFERED": "1"}}))' \
+    "$MEGATRON_DIR:$SLIME_DIR:$ROOT:$ROOT/src")"
+
+# --- the job --------------------------------------------------------------------------------
+JOB_ID="evolving_rl_alfworld_$(date +%Y%m%d_%H%M%S)_$$"
+ray job submit --address "http://127.0.0.1:$RAY_DASHBOARD_PORT" --submission-id "$JOB_ID" \
+    --runtime-env-json "$RUNTIME_ENV_JSON" -- \
+    python3 "$SLIME_DIR/train.py" \
+    "${CLUSTER_ARGS[@]}" "${MODEL_ARGS[@]}" "${CKPT_ARGS[@]}" "${HOOK_ARGS[@]}" \
+    "${ROLLOUT_ARGS[@]}" "${EVAL_ARGS[@]}" "${LOSS_ARGS[@]}" "${OPTIMIZER_ARGS[@]}" \
+    "${PERF_ARGS[@]}" "${SGLANG_ARGS[@]}" "${MISC_ARGS[@]}" "$@" &
+SUBMIT_PID=$!
+wait "$SUBMIT_PID"  # `wait` returns at once on Ctrl-C, so the trap runs promptly

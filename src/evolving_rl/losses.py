@@ -1,0 +1,120 @@
+"""Pure torch math of the policy loss, shared by the slime path and the local trainer.
+
+Owns the per-token objective of DESIGN.md section 1.8, with no knowledge of slime, Megatron or
+batching:
+
+    loss_t = pg_t + kl_coef_t * kl_t - entropy_coef_t * entropy_t
+    pg_t   = max(-r_t * A_t, -clip(r_t, 1 - eps_low, 1 + eps_high) * A_t),  r_t = exp(logp - old)
+    kl_t   = exp(ref - logp) - 1 - (ref - logp)    (k3 / "low_var_kl", clamped to [-10, 10])
+
+Coefficients are per token so that one batch can mix roles (solver and extractor) with their own
+KL and entropy coefficients; a Python float broadcasts. A positive entropy coefficient rewards
+entropy (slime's sign convention: `loss = pg - entropy_coef * entropy`), so the reference
+extractor value -0.03 sharpens the extractor. Role weights are already folded into the
+advantages by the pipeline. `policy_loss` reduces with a token-level mean over the loss mask;
+the slime path reduces the per-token terms with slime's own reducer instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+KL_CLAMP = 10.0
+
+Coefficient = torch.Tensor | float
+
+
+@dataclass(frozen=True)
+class TokenLoss:
+    """Per-token terms of the objective, all shaped like the log-probs."""
+
+    loss: torch.Tensor
+    pg: torch.Tensor
+    kl: torch.Tensor
+    entropy: torch.Tensor
+    clipped: torch.Tensor  # 1.0 where the clipped branch was taken, else 0.0
+    ratio: torch.Tensor
+
+
+def low_var_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    """Non-negative, unbiased k3 estimate of KL(policy || reference) per token, clamped."""
+    log_ratio = ref_log_probs.float() - log_probs.float()
+    kl = log_ratio.exp() - 1.0 - log_ratio
+    return kl.clamp(min=-KL_CLAMP, max=KL_CLAMP)
+
+
+def ppo_clip(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
+             eps_low: float, eps_high: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """PPO-clip surrogate per token with asymmetric bounds: (loss, clipped indicator, ratio)."""
+    if not (0.0 < eps_low < 1.0 and eps_high > 0.0):
+        raise ValueError(f"need 0 < eps_low < 1 and eps_high > 0, got {eps_low}, {eps_high}")
+    ratio = (log_probs.float() - old_log_probs.float()).exp()
+    unclipped = -ratio * advantages
+    clipped = -ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantages
+    return torch.maximum(unclipped, clipped), (clipped > unclipped).float(), ratio
+
+
+def per_token_policy_loss(
+    *,
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+    ref_log_probs: torch.Tensor | None = None,
+    kl_coef: Coefficient = 0.0,
+    entropy: torch.Tensor | None = None,
+    entropy_coef: Coefficient = 0.0,
+) -> TokenLoss:
+    """All terms per token; a KL or entropy term needs its tensor unless its coefficient is 0."""
+    pg, clipped, ratio = ppo_clip(log_probs, old_log_probs, advantages, eps_low, eps_high)
+    zeros = torch.zeros_like(pg)
+    if ref_log_probs is None:
+        _require_zero(kl_coef, "kl_coef", "ref_log_probs")
+        kl = zeros
+    else:
+        kl = low_var_kl(log_probs, ref_log_probs)
+    if entropy is None:
+        _require_zero(entropy_coef, "entropy_coef", "entropy")
+        entropy = zeros
+    loss = pg + kl_coef * kl - entropy_coef * entropy
+    return TokenLoss(loss=loss, pg=pg, kl=kl, entropy=entropy, clipped=clipped, ratio=ratio)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of `values` over tokens where `mask` is set (0 when the mask is empty)."""
+    mask = mask.to(values.dtype)
+    return (values * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+def policy_loss(
+    *,
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+    ref_log_probs: torch.Tensor | None = None,
+    kl_coef: Coefficient = 0.0,
+    entropy: torch.Tensor | None = None,
+    entropy_coef: Coefficient = 0.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Token-level mean of the objective over the loss mask, with detached metrics."""
+    terms = per_token_policy_loss(
+        log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages,
+        eps_low=eps_low, eps_high=eps_high, ref_log_probs=ref_log_probs, kl_coef=kl_coef,
+        entropy=entropy, entropy_coef=entropy_coef)
+    loss = masked_mean(terms.loss, loss_mask)
+    metrics = {name: masked_mean(getattr(terms, name), loss_mask).detach()
+               for name in ("pg", "kl", "entropy", "clipped", "ratio")}
+    metrics["loss"] = loss.detach()
+    return loss, metrics
+
+
+def _require_zero(coef: Coefficient, name: str, needed: str) -> None:
+    nonzero = bool(torch.any(coef != 0)) if isinstance(coef, torch.Tensor) else coef != 0
+    if nonzero:
+        raise ValueError(f"{name} is non-zero but no {needed} was given")

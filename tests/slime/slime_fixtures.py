@@ -1,0 +1,306 @@
+"""Helpers and fixtures of the slime contract tests: slime stand-ins, slime args, a fake pipeline.
+
+slime is not importable in CI. `slime_types` then provides minimal stand-ins mirroring, field for
+field, the pinned commit's `Sample` (slime/utils/types.py) and `RolloutFnTrainOutput` /
+`RolloutFnEvalOutput` (slime/rollout/base_types.py), and patches `slime_bridge.slime_api` to use
+them. When slime IS importable the real classes are used (tests marked `real_slime` need it).
+`MIRROR` points at the read-only mirror of slime when this machine has one; tests reading it skip
+otherwise.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import subprocess
+import sys
+import types
+from argparse import Namespace
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from evolving_rl.pipeline.types import Role, SampleStatus, TrainSample
+from evolving_rl.slime_bridge import runtime, slime_api
+from evolving_rl.slime_bridge.settings import HOOK_PATHS
+
+
+def _slime_importable() -> bool:
+    try:  # the repo's slime/ gitlink folder is an empty namespace package when not checked out
+        return importlib.util.find_spec("slime.utils.types") is not None
+    except ModuleNotFoundError:
+        return False
+
+
+SLIME_IMPORTABLE = _slime_importable()
+SLIME_COMMIT = "624b824a898ab0ec1fcb4d373004c7f3852bf515"
+MIRROR = Path("/work/.mirror/THUDM+slime/repo")
+real_slime = pytest.mark.skipif(not SLIME_IMPORTABLE, reason="slime is not importable here")
+
+
+def mirror_file(path: str) -> str:
+    """A file of slime at the pinned commit, from the mirror; skips when there is no mirror."""
+    if not MIRROR.is_dir():
+        pytest.skip("no slime mirror on this machine")
+    return subprocess.run(["git", "-C", str(MIRROR), "show", f"{SLIME_COMMIT}:{path}"],
+                          check=True, capture_output=True, text=True).stdout
+
+
+@dataclass
+class StandInSample:
+    """Fields of slime's `Sample` at the pinned commit (names, order, defaults)."""
+
+    class Status(Enum):
+        PENDING = "pending"
+        COMPLETED = "completed"
+        TRUNCATED = "truncated"
+        ABORTED = "aborted"
+        FAILED = "failed"
+
+    group_index: int | None = None
+    index: int | None = None
+    rollout_id: int | None = None
+    prompt: str | list[dict[str, str]] = ""
+    tokens: list[int] = field(default_factory=list)
+    multimodal_inputs: dict[str, Any] | None = None
+    multimodal_train_inputs: dict[str, Any] | None = None
+    multimodal_train_input_id: str | None = None
+    apply_chat_template_kwargs: dict = field(default_factory=dict)
+    response: str = ""
+    response_length: int = 0
+    label: str | None = None
+    reward: float | dict[str, Any] | None = None
+    loss_mask: list[int] | None = None
+    weight_versions: list[str] = field(default_factory=list)
+    rollout_log_probs: list[float] | None = None
+    rollout_top_p_token_ids: list[int] | None = None
+    rollout_top_p_token_offsets: list[int] | None = None
+    rollout_routed_experts: list[list[int]] | None = None
+    remove_sample: bool = False
+    teacher_log_probs: list[float] | None = None
+    status: Status = Status.PENDING
+    metadata: dict = field(default_factory=dict)
+    generate_function_path: str | None = None
+    custom_rm_path: str | None = None
+    train_metadata: dict | None = None
+    session_id: str | None = None
+    non_generation_time: float = 0.0
+    spec_info: dict = field(default_factory=dict)  # slime: Sample.SpecInfo
+    prefix_cache_info: dict = field(default_factory=dict)  # slime: Sample.PrefixCacheInfo
+
+
+@dataclass
+class StandInTrainOutput:
+    """slime.rollout.base_types.RolloutFnTrainOutput at the pinned commit."""
+
+    samples: list[list[Any]]
+    metrics: dict[str, Any] = None
+
+
+@dataclass
+class StandInEvalOutput:
+    """slime.rollout.base_types.RolloutFnEvalOutput at the pinned commit."""
+
+    data: dict[str, dict[str, Any]]
+    metrics: dict[str, Any] = None
+
+
+@dataclass
+class SlimeTypes:
+    """The `Sample` and output classes the hooks produce in this test session."""
+
+    sample: type
+    train_output: type
+    eval_output: type
+
+
+@pytest.fixture
+def slime_types(monkeypatch) -> SlimeTypes:
+    if SLIME_IMPORTABLE:
+        from slime.rollout.base_types import RolloutFnEvalOutput, RolloutFnTrainOutput
+        from slime.utils.types import Sample
+
+        return SlimeTypes(Sample, RolloutFnTrainOutput, RolloutFnEvalOutput)
+    monkeypatch.setattr(slime_api, "sample_class", lambda: StandInSample)
+    monkeypatch.setattr(slime_api, "train_output",
+                        lambda samples, metrics: StandInTrainOutput(samples, metrics))
+    monkeypatch.setattr(slime_api, "eval_output",
+                        lambda data, metrics: StandInEvalOutput(data, metrics))
+    return SlimeTypes(StandInSample, StandInTrainOutput, StandInEvalOutput)
+
+
+TEST_LOSS = {"clip_eps_low": 0.1, "clip_eps_high": 0.15,
+             "kl_coef": {"solver": 0.01, "extractor": 0.2},
+             "entropy_coef": {"solver": 0.0, "extractor": -0.03}}
+
+
+@pytest.fixture
+def config_path(tmp_path) -> Path:
+    """Our config (reference values, distinct per-role KL) and slime's custom-config YAML."""
+    ours = tmp_path / "evolving_rl.yaml"
+    ours.write_text(yaml.safe_dump({"environment": "alfworld", "loss": TEST_LOSS,
+                                    "pipeline": {"source_tasks_per_rollout": 2}}))
+    custom = tmp_path / "slime_custom_config.yaml"
+    custom.write_text(yaml.safe_dump({"evolving_rl_config": str(ours)}))
+    return custom
+
+
+@pytest.fixture
+def slime_args(config_path) -> Namespace:
+    """The slime args our hooks read, as slime's parser leaves them after `--custom-config-path`."""
+    args = Namespace(
+        **HOOK_PATHS, custom_config_path=str(config_path), loss_type="custom_loss",
+        advantage_estimator="grpo", normalize_advantages=False, use_opd=False, kl_coef=0.0,
+        kl_loss_type="low_var_kl", use_kl_loss=True, kl_loss_coef=0.01, entropy_coef=0.0,
+        calculate_per_token_loss=True, n_samples_per_prompt=1, rollout_top_p=1.0,
+        rollout_temperature=1.0, eps_clip=0.1, eps_clip_high=0.15, lr=1e-6, adam_beta1=0.9,
+        adam_beta2=0.98, weight_decay=0.1, clip_grad=1.0, use_rollout_logprobs=False,
+        rollout_batch_size=2, global_batch_size=2, sglang_router_ip="127.0.0.1",
+        sglang_router_port=30000, hf_checkpoint="/models/Qwen2.5-7B-Instruct",
+        eval_prompt_data=None)
+    for key, value in yaml.safe_load(config_path.read_text()).items():
+        setattr(args, key, value)  # what slime_validate_args does with --custom-config-path
+    return args
+
+
+def solver_sample(group_id: str, reward: float, advantage: float, task_type: str,
+                  status: SampleStatus = SampleStatus.COMPLETED) -> TrainSample:
+    """A two-turn ALFWorld episode: action, observation block (masked), action."""
+    prompt = [151644, 8948, 198, 2610, 525, 13]
+    turn1, obs, turn2 = [27, 1311, 29, 733, 151645], [198, 26, 17, 13, 198], [27, 1311, 29, 2]
+    lp1, lp2 = [-0.1, -0.5, -0.2, -1.2, -0.05], [-0.3, -0.4, -0.6, -0.9]
+    return TrainSample(
+        role=Role.SOLVER, prompt_ids=prompt, response_ids=turn1 + obs + turn2,
+        loss_mask=[1] * 5 + [0] * 5 + [1] * 4, log_probs=lp1 + [0.0] * 5 + lp2, reward=reward,
+        group_id=group_id, status=status, advantage=advantage,
+        metadata={"task_type": task_type, "task_id": f"train/{group_id}"})
+
+
+def extractor_sample(group_id: str, reward: float, advantage: float, *,
+                     audit_passed: bool = True) -> TrainSample:
+    """One extraction: a JSON skill, every token trainable."""
+    return TrainSample(
+        role=Role.EXTRACTOR, prompt_ids=[151644, 8948, 198, 5501], response_ids=[90, 1, 2, 3, 92],
+        loss_mask=[1] * 5, log_probs=[-0.7, -0.2, -0.3, -0.1, -0.4], reward=reward,
+        group_id=group_id, advantage=advantage,
+        metadata={"task_type": "pick_clean_then_place_in_recep", "skill_parsed": audit_passed,
+                  "audit_passed": audit_passed})
+
+
+def grpo(rewards: list[float], weight: float) -> list[float]:
+    """Population-std GRPO advantage times the role weight (what the pipeline hands over)."""
+    mean = sum(rewards) / len(rewards)
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
+    return [0.0 if std == 0 else (r - mean) / (std + 1e-6) * weight for r in rewards]
+
+
+def realistic_samples() -> list[TrainSample]:
+    """One source task: an extractor group of 3 and two solver groups (one of zero variance)."""
+    ext_rewards, solver_rewards = [0.5, 0.0, 1.0], [1.0, 0.0, 1.0]
+    out = [extractor_sample("src0/extractor", r, a, audit_passed=r > 0)
+           for r, a in zip(ext_rewards, grpo(ext_rewards, 0.2), strict=True)]
+    out += [solver_sample("src0/task7/solver", r, a, "pick_heat_then_place_in_recep")
+            for r, a in zip(solver_rewards, grpo(solver_rewards, 1.0), strict=True)]
+    out += [solver_sample("src0/task9/solver", 0.0, 0.0, "pick_cool_then_place_in_recep",
+                          SampleStatus.TRUNCATED) for _ in range(2)]
+    return out
+
+
+@dataclass
+class FakeOutcome:
+    """Shape of evolving_rl.pipeline.rollout.RolloutOutcome."""
+
+    samples: list[TrainSample]
+    metrics: dict[str, float]
+
+
+@pytest.fixture
+def fake_pipeline(monkeypatch) -> dict[str, Any]:
+    """Fake pipeline entry points; records what the hooks pass them."""
+    calls: dict[str, Any] = {"rows": [], "eval_rows": [], "rollout_ids": []}
+
+    async def build_context(config, *, policy_url, tokenizer_path):
+        calls["context"] = {"config": config, "policy_url": policy_url,
+                            "tokenizer_path": tokenizer_path}
+        return calls["context"]
+
+    async def run_training_rollout(ctx, rows, *, rollout_id=None):
+        calls["rows"].append(rows)
+        calls["rollout_ids"].append(rollout_id)
+        return FakeOutcome(realistic_samples(), {"wall_s": 12.5, "removed/env_error": 1.0})
+
+    async def run_eval(ctx, rows):
+        calls["eval_rows"].append(rows)
+        return {"eval/success_with_skill": 0.75, "eval/success_without_skill": 0.5}
+
+    for name, attrs in (("context", {"build_context": build_context}),
+                        ("rollout", {"run_training_rollout": run_training_rollout}),
+                        ("evaluation", {"run_eval": run_eval})):
+        module = types.ModuleType(f"evolving_rl.pipeline.{name}")
+        for attr, value in attrs.items():
+            setattr(module, attr, value)
+        monkeypatch.setitem(sys.modules, f"evolving_rl.pipeline.{name}", module)
+    monkeypatch.setattr(runtime, "RUNTIMES", {})
+    return calls
+
+
+class FakeDataSource:
+    """slime's RolloutDataSource view of our prompt JSONL (n_samples_per_prompt = 1)."""
+
+    def __init__(self, sample_cls: type, n_per_prompt: int = 1) -> None:
+        self.sample_cls, self.n_per_prompt, self.next_index = sample_cls, n_per_prompt, 0
+
+    def get_samples(self, num_samples: int) -> list[list[Any]]:
+        groups = []
+        for _ in range(num_samples):
+            i = self.next_index
+            meta = {"split": "train", "task_type": "pick_and_place_simple",
+                    "game": f"json_2.1.1/train/t{i}/game.tw-pddl", "environment": "alfworld"}
+            groups.append([self.sample_cls(group_index=i, index=i, prompt=f"put a mug in cab {i}",
+                                           label=f"train/t{i}/trial", metadata=dict(meta))
+                           for _ in range(self.n_per_prompt)])
+            self.next_index += 1
+        return groups
+
+
+def slime_batch(train_data: dict[str, Any], policy_log_probs: list[torch.Tensor],
+                ref_log_probs: list[torch.Tensor]) -> dict[str, Any]:
+    """One micro-batch as slime's forward_step hands it to the loss (cp=1, all samples)."""
+    tokens = [torch.tensor(t, dtype=torch.long) for t in train_data["tokens"]]
+    rewards = train_data["rewards"]
+    return {
+        "tokens": torch.cat(tokens).unsqueeze(0),
+        "unconcat_tokens": tokens,
+        "multimodal_train_inputs": None,
+        "packed_seq_params": None,
+        "total_lengths": [len(t) for t in train_data["tokens"]],
+        "response_lengths": list(train_data["response_lengths"]),
+        "loss_masks": [torch.tensor(m, dtype=torch.int) for m in train_data["loss_masks"]],
+        "log_probs": [lp.detach().clone() for lp in policy_log_probs],
+        "ref_log_probs": ref_log_probs,
+        "values": None,
+        "advantages": [torch.ones_like(lp) * r for lp, r in zip(policy_log_probs, rewards,
+                                                                 strict=True)],
+        "returns": [torch.ones_like(lp) * r for lp, r in zip(policy_log_probs, rewards,
+                                                              strict=True)],
+        "rollout_log_probs": [torch.tensor(x, dtype=torch.float32)
+                              for x in train_data["rollout_log_probs"]],
+        "teacher_log_probs": [torch.tensor(x, dtype=torch.float32)
+                              for x in train_data["teacher_log_probs"]],
+        "rollout_mask_sums": torch.tensor(train_data["rollout_mask_sums"], dtype=torch.float32),
+    }
+
+
+def sum_of_token_reducer(batch: dict[str, Any]):
+    """slime's cp=1 reducer under --calculate-per-token-loss: masked sum over tokens."""
+    lengths, masks = batch["response_lengths"], batch["loss_masks"]
+
+    def reduce(x: torch.Tensor) -> torch.Tensor:
+        return sum((part * mask).sum() for part, mask in zip(x.split(lengths), masks, strict=True))
+
+    return reduce

@@ -1,0 +1,166 @@
+"""Our hooks' signatures, our stand-ins and the slime facts our design rests on, checked against
+slime at the pinned commit (read from the local mirror when present; skipped otherwise).
+
+slime's own plugin contract tests (slime/tests/plugin_contracts) can also be pointed at our hooks,
+from a slime checkout with this project importable (see `evolving_rl.slime_hooks` for the command).
+What to expect there: every signature and call-site check passes (the parameter tuples asserted
+below are theirs). Their behavioural probes cannot all pass by design: they call the rollout
+function with `args=None` and expect groups of exactly `n_samples_per_prompt` samples (ours needs
+our config and live servers, and its groups vary in size); they feed the reward post-process and
+the convert hook bare samples without our tag (ours refuse them with `ForeignSampleError` rather
+than train with made-up advantages and roles); and they assert that the loggers set
+`args.logged_rollout_id` / `args.logged_eval_rollout_id`, a side effect of their reference loggers.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import re
+
+import pytest
+from slime_fixtures import (
+    StandInEvalOutput,
+    StandInSample,
+    StandInTrainOutput,
+    mirror_file,
+    real_slime,
+)
+
+from evolving_rl import slime_hooks
+from evolving_rl.slime_bridge.settings import HOOK_PATHS, HOOKS_MODULE
+from evolving_rl.slime_bridge.train_data import ROLE_CHANNEL_KEY
+
+# Parameter tuples of slime's call sites (tests/plugin_contracts at the pinned commit).
+EXPECTED_PARAMS = {
+    "generate_rollout": ("args", "rollout_id", "data_source", "evaluation"),
+    "post_process_rewards": ("args", "samples"),
+    "convert_samples_to_train_data": ("args", "samples"),
+    "log_rollout": ("rollout_id", "args", "samples", "rollout_extra_metrics", "rollout_time"),
+    "log_eval_rollout": ("rollout_id", "args", "data", "extra_metrics"),
+    "policy_loss": ("args", "batch", "logits", "sum_of_sample_mean"),
+}
+CALL_SITES = {
+    "slime/rollout/base_types.py": "output = fn(*args, **kwargs, evaluation=evaluation)",
+    "slime/ray/rollout.py": "self.custom_convert_samples_to_train_data_func(self.args, samples)",
+    "slime/observability/rollout_metrics.py":
+        "custom_log_func(rollout_id, args, samples, rollout_extra_metrics, rollout_time)",
+    "slime/backends/megatron_utils/loss.py":
+        "loss, log = func(args, batch, logits, sum_of_sample_mean)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_PARAMS))
+def test_hook_parameters_match_slime_call_sites(name):
+    params = inspect.signature(getattr(slime_hooks, name)).parameters
+    assert tuple(params) == EXPECTED_PARAMS[name]
+    assert all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params.values())
+
+
+def test_rollout_signature_matches_slime_default_exactly():
+    source = mirror_file("slime/rollout/sglang_rollout.py")
+    default = next(node for node in ast.parse(source).body
+                   if isinstance(node, ast.FunctionDef) and node.name == "generate_rollout")
+    names = tuple(arg.arg for arg in default.args.args)
+    defaults = tuple(ast.literal_eval(d) for d in default.args.defaults)
+    ours = inspect.signature(slime_hooks.generate_rollout).parameters
+    assert names == tuple(ours) == EXPECTED_PARAMS["generate_rollout"]
+    assert defaults == tuple(p.default for p in ours.values() if p.default is not p.empty)
+
+
+@pytest.mark.parametrize("path", sorted(CALL_SITES))
+def test_slime_call_sites_are_as_we_assume(path):
+    assert CALL_SITES[path] in mirror_file(path)
+
+
+def test_hook_paths_name_our_functions():
+    for path in HOOK_PATHS.values():
+        module, name = path.rsplit(".", 1)
+        assert module == HOOKS_MODULE and callable(getattr(slime_hooks, name))
+
+
+def _dataclass_fields(source: str, class_name: str) -> list[str]:
+    cls = next(node for node in ast.walk(ast.parse(source))
+               if isinstance(node, ast.ClassDef) and node.name == class_name)
+    return [stmt.target.id for stmt in cls.body
+            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)]
+
+
+def test_standins_mirror_pinned_slime_fields():
+    types_src = mirror_file("slime/utils/types.py")
+    assert [f.name for f in dataclasses.fields(StandInSample)] == \
+        _dataclass_fields(types_src, "Sample")
+    assert {s.name: s.value for s in StandInSample.Status} == {
+        "PENDING": "pending", "COMPLETED": "completed", "TRUNCATED": "truncated",
+        "ABORTED": "aborted", "FAILED": "failed"}
+    base_src = mirror_file("slime/rollout/base_types.py")
+    for standin, name in ((StandInTrainOutput, "RolloutFnTrainOutput"),
+                          (StandInEvalOutput, "RolloutFnEvalOutput")):
+        assert [f.name for f in dataclasses.fields(standin)] == _dataclass_fields(base_src, name)
+
+
+def _string_list_after(source: str, marker: str) -> set[str]:
+    """String constants of the first list literal starting with "tokens" after `marker`."""
+    match = re.compile(r'\[\s*"tokens",').search(source, source.index(marker))
+    list_start = match.start()
+    depth, i = 0, list_start
+    while True:
+        depth += {"[": 1, "]": -1}.get(source[i], 0)
+        if depth == 0:
+            break
+        i += 1
+    node = ast.parse(source[list_start:i + 1].replace("*(", "(")).body[0].value
+    return {n.value for n in ast.walk(node) if isinstance(n, ast.Constant)
+            and isinstance(n.value, str)}
+
+
+def test_role_channel_survives_slime_data_path_to_the_loss():
+    """teacher_log_probs is forwarded per DP rank, tensorised as float32, CP-sliced and moved to
+    the device by the actor, requested for the loss batch, and read elsewhere only under OPD."""
+    rollout_src = mirror_file("slime/ray/rollout.py")
+    assert ROLE_CHANNEL_KEY in _string_list_after(rollout_src, "def _split_train_data_by_dp")
+    model_src = mirror_file("slime/backends/megatron_utils/model.py")
+    assert ROLE_CHANNEL_KEY in _string_list_after(model_src, "def forward_step")
+    assert f'"{ROLE_CHANNEL_KEY}": torch.float32' in mirror_file(
+        "slime/observability/rollout_data_utils.py")
+    actor_src = mirror_file("slime/backends/megatron_utils/actor.py")
+    assert f'for key in ["rollout_log_probs", "{ROLE_CHANNEL_KEY}"]' in actor_src
+    loss_src = mirror_file("slime/backends/megatron_utils/loss.py")
+    assert "if args.use_opd:\n        apply_opd_kl_to_advantages(" in loss_src
+    for key in ("kl_coef", "train_metadata", "metadata"):
+        assert key not in _string_list_after(model_src, "def forward_step")
+
+
+@real_slime
+def test_rollout_signature_equals_real_slime_default():
+    from slime.rollout.sglang_rollout import generate_rollout as default
+
+    ours = inspect.signature(slime_hooks.generate_rollout).parameters
+    theirs = inspect.signature(default).parameters
+    assert tuple(ours) == tuple(theirs)
+    assert all(ours[n].kind == theirs[n].kind and ours[n].default == theirs[n].default
+               for n in theirs)
+
+
+@real_slime
+def test_real_slime_sample_round_trip():
+    from slime.utils.types import Sample
+    from slime_fixtures import realistic_samples
+
+    from evolving_rl.slime_bridge.samples import to_slime_groups
+
+    groups = to_slime_groups(realistic_samples(), Sample)
+    sample = Sample.from_dict(groups[0][0].to_dict())
+    assert sample.metadata == groups[0][0].metadata and sample.loss_mask == groups[0][0].loss_mask
+
+
+def test_pipeline_entry_points_accept_how_the_hooks_call_them():
+    context = pytest.importorskip("evolving_rl.pipeline.context")
+    rollout = pytest.importorskip("evolving_rl.pipeline.rollout")
+    evaluation = pytest.importorskip("evolving_rl.pipeline.evaluation")
+    inspect.signature(context.build_context).bind(
+        object(), policy_url="http://127.0.0.1:1", tokenizer_path="/model")
+    inspect.signature(rollout.run_training_rollout).bind(object(), [], rollout_id=3)
+    inspect.signature(evaluation.run_eval).bind(object(), [])
+    assert [f.name for f in dataclasses.fields(rollout.RolloutOutcome)] == ["samples", "metrics"]
