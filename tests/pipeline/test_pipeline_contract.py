@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -54,7 +55,7 @@ async def _rollout(cfg, responder, rows, policy_wrapper=None):
     url = await fake.start(free_port())
     policy = SGLangPolicyClient.open(url, cfg.clients)
     ctx = await build_context(cfg, policy_wrapper(policy) if policy_wrapper else policy,
-                              ByteChatTokenizer())
+                              ByteChatTokenizer(), run_dir=tempfile.mkdtemp(prefix="run-"))
     try:
         outcome = await asyncio.wait_for(run_training_rollout(ctx, rows), ROLLOUT_TIMEOUT_S)
     finally:

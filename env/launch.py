@@ -1,0 +1,153 @@
+"""Generic process launching for the env servers: PID files, health waits, PID-scoped stops.
+
+Owns what every server launcher needs and nothing server-specific: start a server command as
+its own session with output to a log file, wait until its health URL answers 200 (failing fast
+when the process dies), write/remove the server's own PID file, and stop a server by the PID in
+its PID file after checking that the PID still runs the expected command. Nothing here ever
+signals a process it cannot tie to a PID file it was given.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+class LaunchError(RuntimeError):
+    """A server did not come up healthy in time, or exited while starting."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on `host` that was free a moment ago (for tests and ad-hoc runs)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def write_pid_file(path: str | Path) -> Path:
+    """Record this process's PID at `path`; removed at exit if it still holds our PID."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pid = os.getpid()
+    path.write_text(f"{pid}\n", encoding="utf-8")
+
+    def _remove() -> None:
+        if read_pid(path) == pid:
+            path.unlink(missing_ok=True)
+
+    atexit.register(_remove)
+    return path
+
+
+def read_pid(path: str | Path) -> int | None:
+    """The PID in a PID file, or None when it is missing or unreadable."""
+    try:
+        return int(Path(path).read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def health_ok(url: str, timeout_s: float = 2.0) -> bool:
+    """True when GET `url` answers 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def wait_for_health(url: str, timeout_s: float, proc: subprocess.Popen | None = None,
+                    poll_s: float = 0.2) -> None:
+    """Block until `url` is healthy; raise `LaunchError` on timeout or if `proc` exits."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise LaunchError(f"server exited with code {proc.returncode} before {url} was up")
+        if health_ok(url):
+            return
+        time.sleep(poll_s)
+    raise LaunchError(f"{url} not healthy after {timeout_s:.0f} s")
+
+
+def spawn_server(cmd: list[str], log_path: str | Path,
+                 env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start `cmd` in its own session (repo root on PYTHONPATH), output appended to `log_path`;
+    returns at once (see `start_server` to also wait for health)."""
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    child_env = dict(os.environ if env is None else env)
+    paths = [str(REPO_ROOT), child_env.get("PYTHONPATH", "")]
+    child_env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    with log_path.open("ab") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def start_server(cmd: list[str], health_url: str, log_path: str | Path,
+                 timeout_s: float = 120.0, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start `cmd` in its own session (repo root on PYTHONPATH), output appended to `log_path`,
+    and wait for `health_url`. On failure the process is stopped and `LaunchError` names the log.
+    """
+    proc = spawn_server(cmd, log_path, env)
+    try:
+        wait_for_health(health_url, timeout_s, proc)
+    except LaunchError as err:
+        stop_process(proc)
+        raise LaunchError(f"{err}; see {log_path}") from None
+    logger.info("started pid %d (%s), healthy at %s", proc.pid, " ".join(cmd), health_url)
+    return proc
+
+
+def stop_process(proc: subprocess.Popen, timeout_s: float = 10.0) -> int:
+    """Terminate a child we started (SIGTERM, then SIGKILL after `timeout_s`); its exit code."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return int(proc.returncode)
+
+
+def stop_pid_file(path: str | Path, expect_in_cmdline: str, timeout_s: float = 10.0) -> bool:
+    """Stop the process named by PID file `path` if its command line contains
+    `expect_in_cmdline` (guards against a stale file whose PID now belongs to something else).
+    Returns True when a process was signalled.
+    """
+    pid = read_pid(path)
+    if pid is None or expect_in_cmdline not in _cmdline(pid):
+        logger.info("no running process for %s", path)
+        Path(path).unlink(missing_ok=True)
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and expect_in_cmdline in _cmdline(pid):
+        time.sleep(0.1)
+    if expect_in_cmdline in _cmdline(pid):
+        logger.warning("pid %d ignored SIGTERM for %.0f s; sending SIGKILL", pid, timeout_s)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    Path(path).unlink(missing_ok=True)
+    return True

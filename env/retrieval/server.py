@@ -1,0 +1,114 @@
+"""Retrieval server process: load config, cache and model, then serve with waitress.
+
+    python -m env.retrieval --config configs/local_cpu.yaml [--host H] [--port N] [--set k=v]
+
+Owns start-up order and refusal: the cache is read first and its model compared with the
+configured one before the model is loaded, so a cache built with another model stops the
+process with a clear message and exit code 2. Writes `<log_dir>/retrieval-<port>.pid` and logs
+to `<log_dir>/retrieval-<port>.log`; SIGTERM shuts down cleanly and removes the PID file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from waitress import create_server
+
+from env.launch import write_pid_file
+from env.retrieval.app import create_app
+from evolving_rl.config import ConfigError, load_config
+from evolving_rl.config.schema import RetrievalConfig
+from evolving_rl.retrieval.cache import CacheError, load_cache
+from evolving_rl.retrieval.encoder import Encoder, ModelLoadError, load_encoder, resolve_model
+from evolving_rl.retrieval.index import SearchIndex
+
+logger = logging.getLogger(__name__)
+
+
+class ModelMismatchError(RuntimeError):
+    """The cache was built with another model than the one configured."""
+
+
+def pid_file(cfg: RetrievalConfig) -> Path:
+    return Path(cfg.log_dir) / f"retrieval-{cfg.port}.pid"
+
+
+def log_file(cfg: RetrievalConfig) -> Path:
+    return Path(cfg.log_dir) / f"retrieval-{cfg.port}.log"
+
+
+def load_index_and_encoder(cfg: RetrievalConfig) -> tuple[SearchIndex, Encoder]:
+    """Read the cache, check it fits the configured model, then load the model."""
+    cache = load_cache(cfg.cache_path)
+    spec = resolve_model(cfg.model)
+    if cache.model != spec.name:
+        raise ModelMismatchError(
+            f"cache {cfg.cache_path} was built with model '{cache.model}' but the server is "
+            f"configured with '{spec.name}' (retrieval.model={cfg.model}); rebuild the cache "
+            f"with this config or point retrieval.cache_path at a cache of this model")
+    encoder = load_encoder(cfg)
+    if encoder.dimension != cache.dimension:
+        raise ModelMismatchError(f"cache {cfg.cache_path} holds {cache.dimension}-d vectors; "
+                                 f"model '{spec.name}' makes {encoder.dimension}-d vectors")
+    return SearchIndex(cache), encoder
+
+
+def _setup_logging(cfg: RetrievalConfig) -> None:
+    log_path = log_file(cfg)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        handlers=[logging.StreamHandler(), logging.FileHandler(log_path)])
+
+
+def _parse_config(argv: list[str] | None) -> RetrievalConfig:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help="YAML config (configs/*.yaml)")
+    parser.add_argument("--host", help="override retrieval.host")
+    parser.add_argument("--port", type=int, help="override retrieval.port")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="override a config key")
+    args = parser.parse_args(argv)
+    overrides = list(args.overrides)
+    if args.host is not None:
+        overrides.append(f"retrieval.host={args.host}")
+    if args.port is not None:
+        overrides.append(f"retrieval.port={args.port}")
+    return load_config(args.config, overrides).retrieval
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cfg = _parse_config(argv)
+    except ConfigError as err:
+        logging.basicConfig()
+        logger.error("%s", err)
+        return 2
+    _setup_logging(cfg)
+    try:
+        index, encoder = load_index_and_encoder(cfg)
+    except (CacheError, ModelLoadError, ModelMismatchError) as err:
+        logger.error("refusing to start: %s", err)
+        return 2
+    app = create_app(index, encoder, cfg)
+    try:
+        server = create_server(app, host=cfg.host, port=cfg.port,
+                               threads=cfg.threads_per_server,
+                               max_request_body_size=4 * cfg.max_body_bytes, ident="retrieval")
+    except OSError as err:
+        logger.error("cannot listen on %s:%d: %s", cfg.host, cfg.port, err)
+        return 2
+    write_pid_file(pid_file(cfg))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    logger.info("serving %d tasks (%s, %d-d) on http://%s:%d with %d threads; config %s",
+                index.size, index.model, index.dimension, cfg.host, cfg.port,
+                cfg.threads_per_server, dataclasses.asdict(cfg))
+    server.run()
+    logger.info("retrieval server on port %d stopped", cfg.port)
+    return 0

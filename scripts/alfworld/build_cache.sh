@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Build or refresh the ALFWorld retrieval embedding cache from the prepared splits.
+# Usage: scripts/alfworld/build_cache.sh [--config configs/alfworld.yaml] [--splits NAME ...] [--set KEY=VALUE ...]
+#   --config   default configs/alfworld.yaml (the CPU default is configs/local_cpu.yaml)
+#   --splits   split files to embed (default: every <prepared_dir>/<split>.jsonl)
+#   --set      config override, e.g. --set retrieval.device=cpu --set retrieval.batch_size=16
+# Unchanged texts are reused from an existing cache of the same model; see retrieval.cache_path.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT"
+bash scripts/setup_env.sh retrieval,dev >/dev/null
+exec "${VENV:-$ROOT/.venv}/bin/python" -m evolving_rl.retrieval.build --config configs/alfworld.yaml "$@"

@@ -1,0 +1,74 @@
+"""Command line: build or refresh the embedding cache of the configured environment's tasks.
+
+    python -m evolving_rl.retrieval.build --config configs/local_cpu.yaml [--splits train ...]
+
+Reads `<prepared_dir>/<split>.jsonl` (all splits found unless `--splits`), embeds the task
+questions with `retrieval.model` (batch size, device and threads from the config), reuses the
+vectors of unchanged texts from an existing cache of the same model, and saves
+`retrieval.cache_path` atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from evolving_rl.config import Config, ConfigError, load_config
+from evolving_rl.retrieval.cache import BuildStats, CacheError, build_cache, load_cache, save_cache
+from evolving_rl.retrieval.encoder import Encoder, ModelLoadError, load_encoder
+from evolving_rl.retrieval.tasks import TaskDataError, load_task_rows
+
+logger = logging.getLogger(__name__)
+
+
+def prepared_dir_for(cfg: Config) -> Path:
+    """The folder of prepared split files the index is built from."""
+    if cfg.retrieval.prepared_dir:
+        return Path(cfg.retrieval.prepared_dir)
+    env_cfg = cfg.alfworld if cfg.environment == "alfworld" else cfg.mind2web
+    return Path(env_cfg.prepared_dir)
+
+
+def refresh_cache(cfg: Config, encoder: Encoder, splits: list[str] | None = None,
+                  show_progress: bool = True) -> BuildStats:
+    """Build `cfg.retrieval.cache_path` from the prepared splits, reusing what is unchanged."""
+    rows = load_task_rows(prepared_dir_for(cfg), splits)
+    cache_path = Path(cfg.retrieval.cache_path)
+    previous = None
+    if cache_path.is_file():
+        try:
+            previous = load_cache(cache_path)
+        except CacheError as err:
+            logger.warning("ignoring the existing cache: %s", err)
+    cache, stats = build_cache(rows, encoder, previous, show_progress=show_progress)
+    save_cache(cache, cache_path)
+    return stats
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help="YAML config (configs/*.yaml)")
+    parser.add_argument("--splits", nargs="+", help="split names (default: every split file)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="override a config key (retrieval.device=cpu)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = load_config(args.config, args.overrides)
+        encoder = load_encoder(cfg.retrieval)
+        stats = refresh_cache(cfg, encoder, args.splits)
+    except (ConfigError, ModelLoadError, TaskDataError, CacheError) as err:
+        logger.error("%s", err)
+        return 2
+    logger.info("cache %s: %d rows, %d unique texts, %d encoded, %d reused",
+                cfg.retrieval.cache_path, stats.n_rows, stats.n_unique_texts, stats.n_encoded,
+                stats.n_reused)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

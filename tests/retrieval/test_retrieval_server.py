@@ -1,0 +1,183 @@
+"""The retrieval server over real HTTP: a subprocess on a free loopback port, real MiniLM."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import requests
+from retrieval_helpers import MAX_BODY, MAX_K, MAX_QUERIES
+
+from evolving_rl.retrieval.cache import save_cache
+from evolving_rl.retrieval.index import SearchFilter, SearchIndex, brute_force_positions
+from evolving_rl.retrieval.synthetic import unseen_queries
+
+
+def post(server, body, **kwargs):
+    return requests.post(f"{server.url}/search", json=body, timeout=30, **kwargs)
+
+
+def ids(hits):
+    return [h["id"] for h in hits]
+
+
+def test_health(server, cache):
+    body = requests.get(f"{server.url}/health", timeout=10).json()
+    assert body["model"] == "all-MiniLM-L6-v2" == cache.model
+    assert (body["size"], body["dimension"]) == (len(cache.rows), 384)
+    assert "train" in body["splits"] and "look_at_obj_in_light" in body["task_types"]
+
+
+def test_indexed_query_ranks_itself_first_unless_excluded(server, cache):
+    row = cache.rows[5]
+    hits = post(server, {"query": row.question, "k": 3}).json()["results"][0]
+    assert hits[0]["id"] == row.id and hits[0]["score"] == pytest.approx(1.0, abs=1e-5)
+    assert hits[0]["splits"] == list(row.splits) and hits[0]["task_type"] == row.task_type
+    excluded = post(server, {"query": row.question, "k": 3, "exclude_ids": [row.id]}).json()
+    assert ids(excluded["results"][0]) == ids(hits)[1:] + ids(excluded["results"][0])[2:]
+    assert row.id not in ids(excluded["results"][0])
+
+
+def test_top_k_equals_brute_force(server, cache):
+    index = SearchIndex(cache)
+    for order in ("most_similar", "least_similar"):
+        for flt in (SearchFilter(), SearchFilter(split="train_seen"),
+                    SearchFilter(task_types=("pick_two_obj_and_place",))):
+            body = {"queries": [r.question for r in cache.rows[:MAX_QUERIES]], "k": MAX_K,
+                    "order": order, "split": flt.split,
+                    "task_types": list(flt.task_types) if flt.task_types else None}
+            results = post(server, body).json()["results"]
+            mask = index.allowed(flt)
+            for i, hits in enumerate(results):
+                expected = brute_force_positions(cache.vectors @ cache.vectors[i], mask, MAX_K,
+                                                 order)
+                assert ids(hits) == [cache.rows[j].id for j in expected]
+                scores = [h["score"] for h in hits]
+                assert scores == sorted(scores, reverse=order == "most_similar")
+
+
+def test_unseen_queries_are_encoded_online(server, cache, encoder):
+    queries = unseen_queries(4, seed=11)
+    assert not set(queries) & {r.question for r in cache.rows}
+    results = post(server, {"queries": queries, "k": 5}).json()["results"]
+    local = encoder.encode_queries(queries) @ cache.vectors.T
+    for hits, scores in zip(results, local, strict=True):
+        assert hits[0]["id"] == cache.rows[int(np.argmax(scores))].id
+        assert hits[0]["score"] == pytest.approx(float(scores.max()), abs=1e-4)
+
+
+def test_filters(server, cache):
+    query = "put a hot potato in the fridge."
+    hits = post(server, {"query": query, "k": MAX_K, "split": "valid_unseen"}).json()
+    assert hits["results"][0] and all("valid_unseen" in h["splits"]
+                                      for h in hits["results"][0])
+    types = ["look_at_obj_in_light", "pick_cool_then_place_in_recep"]
+    hits = post(server, {"query": query, "k": MAX_K, "task_types": types}).json()
+    assert {h["task_type"] for h in hits["results"][0]} <= set(types)
+    n_look_valid = sum(1 for r in cache.rows if r.task_type == types[0]
+                       and "valid_seen" in r.splits)
+    hits = post(server, {"query": query, "k": MAX_K, "split": "valid_seen",
+                         "task_types": types[:1]}).json()
+    assert len(hits["results"][0]) == n_look_valid < MAX_K
+
+
+def test_batch_equals_single_queries_and_per_query_exclusion(server, cache):
+    rows = cache.rows[10:14]
+    batch = post(server, {"queries": [r.question for r in rows], "k": 4,
+                          "exclude_ids_per_query": [[r.id] for r in rows]}).json()["results"]
+    for row, hits in zip(rows, batch, strict=True):
+        single = post(server, {"query": row.question, "k": 4, "exclude_ids": [row.id]}).json()
+        assert ids(single["results"][0]) == ids(hits) and row.id not in ids(hits)
+
+
+def test_concurrent_clients(server, cache):
+    queries = unseen_queries(24, seed=5)
+
+    def one(query):
+        return post(server, {"query": query, "k": 3})
+
+    with ThreadPoolExecutor(8) as pool:
+        responses = list(pool.map(one, queries))
+    assert [r.status_code for r in responses] == [200] * len(queries)
+    again = post(server, {"queries": queries[:MAX_QUERIES], "k": 3}).json()["results"]
+    for response, hits in zip(responses, again, strict=False):
+        assert ids(response.json()["results"][0]) == ids(hits)
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"query": "", "k": 3}, "'query' must not be empty"),
+    ({"query": "   ", "k": 3}, "'query' must not be empty"),
+    ({"query": 7, "k": 3}, "'query' must be a string"),
+    ({"query": None, "k": 3}, "'query' must be a string"),
+    ({"queries": "one", "k": 3}, "'queries' must be a list of strings"),
+    ({"queries": ["ok", 5], "k": 3}, "'queries' must be a list of strings"),
+    ({"queries": ["ok", ""], "k": 3}, r"'queries\[1\]' must not be empty"),
+    ({"queries": [], "k": 3}, "'queries' must not be empty"),
+    ({"queries": ["q"] * (MAX_QUERIES + 1), "k": 3}, f"at most {MAX_QUERIES}"),
+    ({"query": "a", "queries": ["b"], "k": 3}, "exactly one of 'query'"),
+    ({"k": 3}, "exactly one of 'query'"),
+    ({"query": "a"}, "'k' must be an integer"),
+    ({"query": "a", "k": 0}, "'k' must be between 1 and"),
+    ({"query": "a", "k": -2}, "'k' must be between 1 and"),
+    ({"query": "a", "k": MAX_K + 1}, f"'k' must be between 1 and {MAX_K}"),
+    ({"query": "a", "k": "3"}, "'k' must be an integer"),
+    ({"query": "a", "k": 2.5}, "'k' must be an integer"),
+    ({"query": "a", "k": True}, "'k' must be an integer"),
+    ({"query": "a", "k": 3, "split": "test"}, "unknown split 'test'"),
+    ({"query": "a", "k": 3, "split": ["train"]}, "unknown split"),
+    ({"query": "a", "k": 3, "task_types": ["dance"]}, "unknown task type 'dance'"),
+    ({"query": "a", "k": 3, "task_types": "look_at_obj_in_light"}, "'task_types' must be a list"),
+    ({"query": "a", "k": 3, "task_types": []}, "'task_types' must not be empty"),
+    ({"query": "a", "k": 3, "exclude_ids": "x"}, "'exclude_ids' must be a list of strings"),
+    ({"query": "a", "k": 3, "exclude_ids": [1]}, "'exclude_ids' must be a list of strings"),
+    ({"queries": ["a", "b"], "k": 3, "exclude_ids_per_query": [["x"]]},
+     "'exclude_ids_per_query' must be a list of 2 lists"),
+    ({"queries": ["a"], "k": 3, "exclude_ids_per_query": [[3]]},
+     r"'exclude_ids_per_query\[0\]' must be a list of strings"),
+    ({"query": "a", "k": 3, "order": "random"}, "'order' must be one of"),
+    ({"query": "a", "k": 3, "top": 3}, "unknown field 'top'"),
+    (["a", "list"], "request body must be a JSON object"),
+    ("a string", "request body must be a JSON object"),
+])
+def test_bad_input_is_400_naming_the_problem(server, body, message):
+    response = post(server, body)
+    assert response.status_code == 400, response.text
+    assert response.json()["status"] == 400
+    assert re.search(message, response.json()["error"]), response.json()["error"]
+
+
+@pytest.mark.parametrize("data", [b"{not json", b"", b"\xff\xfe\x00garbage", b"[" * 4000])
+def test_malformed_json_is_400(server, data):
+    response = requests.post(f"{server.url}/search", data=data, timeout=30,
+                             headers={"Content-Type": "application/json"})
+    assert response.status_code == 400
+    assert "malformed JSON" in response.json()["error"]
+
+
+def test_oversized_body_is_413(server):
+    body = json.dumps({"query": "x" * MAX_BODY, "k": 1}).encode()
+    response = requests.post(f"{server.url}/search", data=body, timeout=30)
+    assert response.status_code == 413
+    assert f"over {MAX_BODY} bytes" in response.json()["error"]
+
+
+def test_unknown_route_and_method_are_json_errors(server):
+    assert requests.get(f"{server.url}/nope", timeout=10).json()["status"] == 404
+    assert requests.get(f"{server.url}/search", timeout=10).json()["status"] == 405
+
+
+def test_cache_of_another_model_is_refused(tmp_path, cache, prepared_dir, make_config):
+    config_path = make_config(tmp_path, prepared_dir)
+    save_cache(cache.__class__("Qwen3-Embedding-4B", cache.dimension, cache.rows, cache.hashes,
+                               cache.vectors), tmp_path / "cache.npz")
+    done = subprocess.run([sys.executable, "-m", "env.retrieval", "--config", str(config_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "built with model 'Qwen3-Embedding-4B'" in done.stderr
+    assert "configured with 'all-MiniLM-L6-v2'" in done.stderr
+    assert not list((tmp_path / "logs").glob("*.pid"))
