@@ -15,19 +15,16 @@ from env.launch import free_port
 from evolving_rl.config import Config, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "data" / "alfworld_generated"
-
-
-def _config(folder: Path) -> Path:
+def _config(folder: Path, data: Path) -> Path:
     port = free_port()
-    data = {
+    values = {
         "environment": "alfworld",
         "pipeline": {"n_skills": 2, "top_k": 2, "n_repeats": 1, "max_steps": 4,
                      "max_turn_tokens": 128, "max_context_tokens": 4096,
                      "retrieval_split": "train", "max_concurrent_episodes": 8},
         "clients": {"env_timeout_s": 30.0, "retrieval_timeout_s": 30.0, "policy_timeout_s": 30.0,
                     "max_retries": 1, "retry_backoff_s": 0.05},
-        "alfworld": {"data_root": str(DATA), "prepared_dir": str(DATA / "prepared"),
+        "alfworld": {"data_root": str(data), "prepared_dir": str(data / "prepared"),
                      "router_port": port, "worker_base_port": port + 1, "n_workers": 2,
                      "capacity_per_worker": 64, "log_dir": str(folder / "alfworld_logs")},
         "retrieval": {"model": "minilm", "cache_path": str(folder / "cache.npz"),
@@ -35,7 +32,7 @@ def _config(folder: Path) -> Path:
         "run": {"output_dir": str(folder / "run")},
     }
     path = folder / "contract.yaml"
-    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    path.write_text(yaml.safe_dump(values), encoding="utf-8")
     return path
 
 
@@ -45,10 +42,8 @@ def alfworld(action: str, config: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def contract_config_path(tmp_path_factory) -> Path:
-    if not (DATA / "READY").is_file():
-        pytest.skip("generated ALFWorld data missing (python -m env.alfworld.generate)")
-    return _config(tmp_path_factory.mktemp("contract"))
+def contract_config_path(tmp_path_factory, alfworld_data) -> Path:
+    return _config(tmp_path_factory.mktemp("contract"), alfworld_data)
 
 
 @pytest.fixture(scope="session")
@@ -74,8 +69,6 @@ def retrieval_server(contract_config_path):
 @pytest.fixture(scope="session")
 def real_servers(retrieval_server):
     """Retrieval + ALFWorld servers for the whole session."""
-    if not (ROOT / "env" / "alfworld" / "launch.py").is_file():
-        pytest.skip("the ALFWorld env server (env/alfworld/launch.py) is not present")
     alfworld("start", retrieval_server)
     try:
         yield retrieval_server

