@@ -1,0 +1,140 @@
+"""Pipeline benchmark: one rollout with an instant scripted policy against the real servers.
+
+    .venv/bin/python -m benchmarks.pipeline [--config configs/local_cpu.yaml] [--max-steps 10]
+
+(run from the repository root, so that `env`, `tests` and `benchmarks` import).
+
+Starts the real ALFWorld router + workers (`env.alfworld.launch`) and the real retrieval server
+(`env.retrieval.launcher`, cache built first) on free ports with logs in a temporary folder, then
+runs one training rollout of 2 source tasks x N=4 skills x K=2 retrieved tasks (R=1) with the
+scripted policy of `tests/fakes` (it picks an admissible action from the observation and writes
+valid skill JSON, instantly). Prints:
+- pipeline overhead = wall - time covered by waiting on env/retrieval/policy, as a fraction of
+  wall (target <= 10%), and the pipeline process's CPU time over wall as a cross-check;
+- downstream overlap = wall of the downstream stage / sequential sum of its episode durations
+  (target <= 0.35).
+Every server it started is stopped on exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from env.launch import free_port
+from env.retrieval.launcher import start_retrieval_server, stop_retrieval_server
+from evolving_rl.config import Config, load_config, to_dict
+from evolving_rl.pipeline.context import build_context
+from evolving_rl.pipeline.rollout import run_training_rollout
+from tests.fakes.scripted import ScriptedPolicy
+from tests.fakes.tokenizer import ByteChatTokenizer
+
+SOURCE_TASKS, N_SKILLS, TOP_K = 2, 4, 2
+TARGET_OVERHEAD, TARGET_OVERLAP = 0.10, 0.35
+
+
+def bench_config(base: Path, folder: Path, max_steps: int) -> Path:
+    """`base` with the benchmark's sizes, free ports and every output under `folder`."""
+    data = to_dict(load_config(base))
+    data["pipeline"].update(n_skills=N_SKILLS, top_k=TOP_K, n_repeats=1, max_steps=max_steps,
+                            source_tasks_per_rollout=SOURCE_TASKS, max_turn_tokens=256,
+                            max_context_tokens=32768, retrieval_split="train")
+    # The scripted policy speaks through a byte-level tokenizer: caps sized for bytes, not for
+    # the profile's model, so that no reply is truncated.
+    for role in ("solver", "extractor"):
+        data["sampling"][role].update(max_new_tokens=4096, temperature=1.0)
+    port = free_port()
+    data["alfworld"].update(router_port=port, worker_base_port=port + 1,
+                            log_dir=str(folder / "alfworld_logs"))
+    data["retrieval"].update(port=free_port(), cache_path=str(folder / "cache.npz"),
+                             log_dir=str(folder / "retrieval_logs"), device="cpu")
+    data["run"]["output_dir"] = str(folder / "run")
+    path = folder / "bench.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def alfworld_launch(action: str, config: Path) -> None:
+    subprocess.run([sys.executable, "-m", "env.alfworld.launch", action, "--config",
+                    str(config)], check=True)
+
+
+def source_rows(cfg: Config) -> list[dict]:
+    """The first task of the first two task types of the training split."""
+    path = Path(cfg.alfworld.prepared_dir) / "train.jsonl"
+    rows, seen = [], set()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        if row["metadata"]["task_type"] not in seen:
+            seen.add(row["metadata"]["task_type"])
+            rows.append(row)
+    return rows[:SOURCE_TASKS]
+
+
+async def one_rollout(cfg: Config) -> tuple[dict[str, float], float]:
+    tokenizer = ByteChatTokenizer()
+    ctx = await build_context(cfg, ScriptedPolicy(tokenizer), tokenizer)
+    try:
+        cpu = time.process_time()
+        outcome = await run_training_rollout(ctx, source_rows(cfg), rollout_id="bench")
+        return outcome.metrics, time.process_time() - cpu
+    finally:
+        await ctx.close()
+
+
+def report(metrics: dict[str, float], cpu_s: float) -> bool:
+    wall = metrics["timing/wall_s"]
+    overhead = metrics["timing/overhead_fraction"]
+    overlap = metrics["timing/downstream_overlap"]
+    print(f"rollout: {SOURCE_TASKS} source tasks x N={N_SKILLS} x K={TOP_K}: "
+          f"{metrics['solver/episodes']:.0f} downstream episodes, wall {wall:.2f}s")
+    for key in ("env", "retrieval", "policy"):
+        print(f"  waiting on {key:9s}: covered {metrics[f'timing/{key}_wait_covered_s']:.2f}s, "
+              f"summed {metrics[f'timing/{key}_wait_summed_s']:.2f}s, "
+              f"{metrics[f'timing/{key}_calls']:.0f} calls")
+    print(f"  samples: solver {metrics['solver/samples']:.0f}, extractor "
+          f"{metrics['extractor/samples']:.0f}; downstream success "
+          f"{metrics['solver/success_rate']:.2f}")
+    print(f"pipeline overhead: {overhead:.1%} of wall (target <= {TARGET_OVERHEAD:.0%}); "
+          f"pipeline process CPU {cpu_s:.2f}s = {cpu_s / wall:.1%} of wall")
+    print(f"downstream overlap: {overlap:.3f} (stage wall "
+          f"{metrics['timing/downstream_stage_wall_s']:.2f}s / sequential sum "
+          f"{metrics['timing/downstream_episodes_sum_s']:.2f}s; target <= {TARGET_OVERLAP})")
+    return overhead <= TARGET_OVERHEAD and overlap <= TARGET_OVERLAP
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default="configs/local_cpu.yaml", type=Path)
+    parser.add_argument("--max-steps", type=int, default=10)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    with tempfile.TemporaryDirectory(prefix="bench_pipeline_") as tmp:
+        config = bench_config(args.config, Path(tmp), args.max_steps)
+        cfg = load_config(config)
+        subprocess.run([sys.executable, "-m", "evolving_rl.retrieval.build", "--config",
+                        str(config)], check=True, stdout=subprocess.DEVNULL)
+        start_retrieval_server(config)
+        try:
+            alfworld_launch("start", config)
+            try:
+                metrics, cpu_s = asyncio.run(one_rollout(cfg))
+            finally:
+                alfworld_launch("stop", config)
+        finally:
+            stop_retrieval_server(config)
+    return 0 if report(metrics, cpu_s) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
