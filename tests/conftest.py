@@ -4,14 +4,23 @@
 `data/alfworld_generated` when that dataset is complete (its READY marker), else a small set made
 once by the project's generator (all six task types; every game proven by the planner and replayed
 in the real engine) under `data/test_alfworld/`, which later runs reuse. CI generates it once.
+
+`contract_config` / `retrieval_server` / `real_servers`: a config on free loopback ports over those
+games, the real retrieval server (MiniLM cache built once) and the real ALFWorld router + workers,
+started through their launchers and stopped by them, for the whole session.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+from evolving_rl.config import Config, load_config
+from tests.servers import alfworld_servers, contract_config_file
 
 ROOT = Path(__file__).resolve().parents[1]
 GENERATED = ROOT / "data" / "alfworld_generated"
@@ -38,3 +47,38 @@ def alfworld_data() -> Path:
     if not (TEST_DATA / "READY").is_file():
         _generate_test_data(TEST_DATA)
     return TEST_DATA
+
+
+@pytest.fixture(scope="session")
+def contract_config_path(tmp_path_factory, alfworld_data) -> Path:
+    return contract_config_file(tmp_path_factory.mktemp("contract"), alfworld_data)
+
+
+@pytest.fixture(scope="session")
+def contract_config(contract_config_path) -> Config:
+    return load_config(contract_config_path)
+
+
+@pytest.fixture(scope="session")
+def retrieval_server(contract_config_path):
+    """The real retrieval server over the generated tasks, for the whole session."""
+    from env.retrieval.launcher import start_retrieval_server, stop_retrieval_server
+
+    subprocess.run([sys.executable, "-m", "evolving_rl.retrieval.build", "--config",
+                    str(contract_config_path)], check=True, cwd=ROOT, timeout=300,
+                   stdout=subprocess.DEVNULL)
+    start_retrieval_server(contract_config_path, timeout_s=120)
+    try:
+        yield contract_config_path
+    finally:
+        stop_retrieval_server(contract_config_path)
+
+
+@pytest.fixture(scope="session")
+def real_servers(retrieval_server):
+    """Retrieval + ALFWorld servers for the whole session."""
+    alfworld_servers("start", retrieval_server)
+    try:
+        yield retrieval_server
+    finally:
+        alfworld_servers("stop", retrieval_server)

@@ -34,7 +34,7 @@ from tests.fakes.scripted import (
 )
 from tests.fakes.sglang_server import FakeSGLang
 from tests.fakes.tokenizer import ByteChatTokenizer
-from tests.pipeline.conftest import alfworld
+from tests.servers import alfworld_servers
 
 ROLLOUT_TIMEOUT_S = 240
 
@@ -183,7 +183,7 @@ def test_env_server_dying_mid_rollout_is_a_status_not_a_hang(real_servers, tmp_p
     config = tmp_path / "dying.yaml"
     config.write_text(yaml.safe_dump(data))
     cfg = load_config(config)
-    alfworld("start", config)
+    alfworld_servers("start", config)
 
     class KillsEnvAfter:
         """Stops the env servers once the policy has been called `n` times."""
@@ -194,14 +194,14 @@ def test_env_server_dying_mid_rollout_is_a_status_not_a_hang(real_servers, tmp_p
         async def generate(self, prompt_ids, sampling):
             self.calls += 1
             if self.calls == self.n:
-                await asyncio.to_thread(alfworld, "stop", config)
+                await asyncio.to_thread(alfworld_servers, "stop", config)
             return await self.inner.generate(prompt_ids, sampling)
 
     try:
         outcome, _, _ = _run(cfg, skill_responder([json.dumps(GOOD_SKILL)], reply_text),
                              policy_wrapper=KillsEnvAfter)
     finally:
-        alfworld("stop", config)
+        alfworld_servers("stop", config)
     errors = sum(v for k, v in outcome.metrics.items() if k.endswith("/status/env_error"))
     assert errors >= 1
     assert all(s.status.trainable for s in outcome.samples)

@@ -1,0 +1,41 @@
+"""Test helpers for the real servers: a contract config on free ports, and the ALFWorld launcher."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from env.launch import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def contract_config_file(folder: Path, data: Path) -> Path:
+    """A small pipeline config over the games at `data`, on free loopback ports."""
+    port = free_port()
+    values = {
+        "environment": "alfworld",
+        "pipeline": {"n_skills": 2, "top_k": 2, "n_repeats": 1, "max_steps": 4,
+                     "max_turn_tokens": 128, "max_context_tokens": 4096,
+                     "retrieval_split": "train", "max_concurrent_episodes": 8},
+        "clients": {"env_timeout_s": 30.0, "retrieval_timeout_s": 30.0, "policy_timeout_s": 30.0,
+                    "max_retries": 1, "retry_backoff_s": 0.05},
+        "alfworld": {"data_root": str(data), "prepared_dir": str(data / "prepared"),
+                     "router_port": port, "worker_base_port": port + 1, "n_workers": 2,
+                     "capacity_per_worker": 64, "log_dir": str(folder / "alfworld_logs")},
+        "retrieval": {"model": "minilm", "cache_path": str(folder / "cache.npz"),
+                      "port": free_port(), "log_dir": str(folder / "retrieval_logs")},
+        "run": {"output_dir": str(folder / "run")},
+    }
+    path = folder / "contract.yaml"
+    path.write_text(yaml.safe_dump(values), encoding="utf-8")
+    return path
+
+
+def alfworld_servers(action: str, config: Path) -> None:
+    """Start or stop the ALFWorld router + workers of `config` through their launcher."""
+    subprocess.run([sys.executable, "-m", "env.alfworld.launch", action, "--config",
+                    str(config)], check=True, cwd=ROOT, timeout=180)
