@@ -42,7 +42,7 @@ class FakeEnvClient:
         self._tick()
         episode_id = f"ep{next(self._ids)}"
         self.open.add(episode_id)
-        return {"episode_id": episode_id, "admissible_actions": ACTIONS,
+        return {"episode_id": episode_id, "admissible_commands": ACTIONS,
                 "observation": INTRO.format(goal=body["game"]), "done": False, "won": False}
 
     async def step(self, episode_id: str, action: str) -> dict[str, Any]:
@@ -51,7 +51,7 @@ class FakeEnvClient:
         won = action == self.goal_action
         text = "You take the mug 1." if won else (
             "Nothing happens." if action not in ACTIONS else "You arrive somewhere.")
-        return {"observation": text, "admissible_actions": ACTIONS, "done": won, "won": won}
+        return {"observation": text, "admissible_commands": ACTIONS, "done": won, "won": won}
 
     async def close_episode(self, episode_id: str) -> dict[str, Any]:
         self.closed.append(episode_id)

@@ -110,6 +110,12 @@ def test_samples_are_aligned_grouped_weighted_and_never_from_the_source(real_ser
     outcome, fake, _ = _run(cfg, skill_responder(outputs, solver=reply_text))
     assert outcome.samples
     assert outcome.metrics.get("solver/status/env_error", 0.0) == 0.0
+    # The scripted solver copies an action from the prompt's admissible list, so every action it
+    # sends is admissible only if the real server's list reached the prompt.
+    for stage in ("source", "solver"):
+        assert outcome.metrics.get(f"{stage}/action/not_admissible", 0.0) == 0.0
+        assert outcome.metrics.get(f"{stage}/action/no_action_tag", 0.0) == 0.0
+    assert outcome.metrics["source/invalid_action_fraction"] == 0.0
     for sample in outcome.samples:
         assert len(sample.loss_mask) == len(sample.log_probs) == sample.response_length > 0
         for token, mask, log_prob in zip(sample.response_ids, sample.loss_mask,

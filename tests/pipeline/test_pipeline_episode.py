@@ -51,7 +51,7 @@ def _first_observation():
     from tests.fakes.env import ACTIONS, INTRO
 
     return read_observation({"observation": INTRO.format(goal="game0"),
-                             "admissible_actions": ACTIONS})
+                             "admissible_commands": ACTIONS})
 
 
 def _observation_block(ctx, step, turn, trace):

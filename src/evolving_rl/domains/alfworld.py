@@ -50,9 +50,9 @@ def _string(data: Mapping[str, Any], key: str) -> str:
 
 def read_observation(data: Mapping[str, Any]) -> Observation:
     """An env server answer (`/reset` or `/step`) as an `Observation`."""
-    actions = data.get("admissible_actions", [])
+    actions = data.get("admissible_commands")
     if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
-        raise EnvProtocolError("env answer: 'admissible_actions' must be a list of strings")
+        raise EnvProtocolError("env answer: 'admissible_commands' must be a list of strings")
     won = bool(data.get("won", False))
     return Observation(_string(data, "observation"), tuple(actions),
                        done=bool(data.get("done", False)) or won, score=1.0 if won else 0.0)
