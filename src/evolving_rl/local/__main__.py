@@ -1,8 +1,10 @@
 """Entry point of the main job on the embedded default (`scripts/run_local.sh`).
 
-The local backend (in-process policy, GRPO trainer, the end-to-end job) is not built yet: it is
-the local-backend issue. Until then this validates the config and says plainly what is missing,
-exiting non-zero so that no one mistakes it for a finished run.
+    python -m evolving_rl.local --config configs/local_cpu.yaml [--set local.train_steps=1]
+
+Validates the config, runs `evolving_rl.local.job.run_job` (data, retrieval cache, servers,
+before/after evaluation around `local.train_steps` GRPO steps) and prints a one-screen summary,
+also written to `<run>/summary.txt`.
 """
 
 from __future__ import annotations
@@ -10,31 +12,73 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
+from typing import Any
 
 from evolving_rl.config import ConfigError, load_config
+from evolving_rl.local.job import JobResult, run_job
 
 log = logging.getLogger("evolving_rl.local")
 
-NOT_BUILT = (
-    "The embedded local backend is not built yet: the in-process SmolLM2 policy, the local GRPO "
-    "trainer and the end-to-end job (data generation, retrieval cache, servers, training steps, "
-    "before/after evaluation) land with the local-backend issue. Nothing was trained."
-)
+
+def _pct(value: Any) -> str:
+    return "  n/a" if value is None else f"{100 * float(value):5.1f}%"
+
+
+def _eval_line(name: str, record: dict[str, Any]) -> str:
+    arms = []
+    for arm in ("without_skill", "with_skill"):
+        mean = record.get(f"eval/all/{arm}_success_mean")
+        std = record.get(f"eval/all/{arm}_success_std")
+        arms.append(f"{arm.replace('_', ' ')} {_pct(mean)} ± {_pct(std).strip()}")
+    return (f"  {name:6s}: {', '.join(arms)}; skill obtained "
+            f"{_pct(record.get('eval/skill_obtained_rate')).strip()} of "
+            f"{record.get('eval/cases', 0):.0f} cases")
+
+
+def _train_line(record: dict[str, Any]) -> str:
+    return (f"  step {record['step']}: reward solver {record.get('solver/reward_mean', 0):.2f} "
+            f"extractor {record.get('extractor/reward_mean', 0):.2f} | success source "
+            f"{_pct(record.get('source/success_rate')).strip()} downstream "
+            f"{_pct(record.get('solver/success_rate')).strip()} | groups with varied rewards "
+            f"{record.get('varied_groups', 0):.0f}/{record.get('groups', 0):.0f} | samples "
+            f"{record.get('train/n_samples', 0)} loss {record.get('train/loss', 0):+.4f} "
+            f"kl {record.get('train/kl', 0):.4f} ({record.get('train/duration_s', 0):.0f}s)")
+
+
+def summary(result: JobResult, wall_s: float) -> str:
+    stages = ", ".join(f"{name} {seconds:.0f}s" for name, seconds in result.stage_s.items())
+    lines = [f"Local run finished in {wall_s / 60:.1f} min ({stages})",
+             "Held-out evaluation (greedy):",
+             _eval_line("before", result.before), _eval_line("after", result.after),
+             "Training:"]
+    lines += [_train_line(record) for record in result.train]
+    lines += [f"Outputs in {result.run_dir}: metrics.jsonl, skill_library.jsonl, "
+              f"{result.plot.name if result.plot else '(no plot)'}",
+              f"Checkpoint: {result.checkpoint}"]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/local_cpu.yaml")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="override a config key (local.train_steps=1)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        cfg = load_config(args.config)
+        cfg = load_config(args.config, args.overrides)
     except ConfigError as err:
         log.error("%s", err)
         return 2
-    log.info("config %s is valid (environment=%s)", args.config, cfg.environment)
-    log.error(NOT_BUILT)
-    return 3
+    started = time.perf_counter()
+    result = run_job(cfg)
+    text = summary(result, time.perf_counter() - started)
+    (result.run_dir / "summary.txt").write_text(text + "\n", encoding="utf-8")
+    print(text)
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,186 @@
+"""Local-backend benchmark: batched generation, trainer step throughput, peak memory.
+
+    .venv/bin/python -m benchmarks.local_backend [--config configs/local_cpu.yaml] [--device cuda]
+
+Each measurement is paired with its baseline, run in the same process on the same inputs:
+- generation: 8 concurrent `generate` calls through the micro-batcher vs the same 8 requests
+  awaited one after another (greedy, so both produce the same tokens); target ratio >= 3;
+- trainer: one `GRPOTrainer.step` (reference forward, KL, entropy, PPO-clip, clipping, AdamW,
+  the config's gradient checkpointing) vs a bare forward + cross-entropy + backward of the same
+  model on the same padded batch, in sequence tokens per second; target ratio >= 0.8;
+- peak resident memory of the process holding policy + frozen reference (target < 6 GB), and
+  peak CUDA memory when on a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import logging
+import resource
+import sys
+import time
+
+import torch
+
+from evolving_rl.clients.policy import SamplingParams
+from evolving_rl.clients.tokenizer import HFChatTokenizer
+from evolving_rl.config import load_config
+from evolving_rl.local.model import load_model, load_tokenizer, resolve_model_path
+from evolving_rl.local.policy import LocalPolicy
+from evolving_rl.local.trainer import GRPOTrainer, build_token_batch
+from evolving_rl.pipeline.types import Role, TrainSample
+
+TARGET_GENERATION, TARGET_TRAINER, TARGET_RSS_GB = 3.0, 0.8, 6.0
+ROOM = ("You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a "
+        "countertop 1, a drawer {i}, a fridge 1, a microwave 1, a shelf 2, a sinkbasin 1 and a "
+        "stoveburner {j}. Your task is to: put a clean {obj} in the shelf. Admissible actions: "
+        "go to cabinet 1, go to countertop 1, go to drawer {i}, go to fridge 1, look, inventory. "
+        "Think briefly, then answer with one action.")
+OBJECTS = ("mug", "apple", "knife", "plate", "spoon", "cup", "egg", "pan")
+
+
+def peak_rss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2  # Linux: KiB
+
+
+def prompts(tokenizer: object, n: int) -> list[list[int]]:
+    chat = HFChatTokenizer(tokenizer)
+    return [chat.encode_prompt([{"role": "user", "content": ROOM.format(
+        i=i + 1, j=n - i, obj=OBJECTS[i % len(OBJECTS)])}]) for i in range(n)]
+
+
+async def _batched(policy: LocalPolicy, inputs: list[list[int]], sampling: SamplingParams):
+    try:
+        return await asyncio.gather(*(policy.generate(p, sampling) for p in inputs))
+    finally:
+        await policy.close()
+
+
+async def _sequential(policy: LocalPolicy, inputs: list[list[int]], sampling: SamplingParams):
+    try:
+        return [await policy.generate(p, sampling) for p in inputs]
+    finally:
+        await policy.close()
+
+
+def bench_generation(model, tokenizer, n: int, new_tokens: int) -> float:
+    inputs = prompts(tokenizer, n)
+    sampling = SamplingParams(temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=new_tokens)
+    results = {}
+    for name, runner in (("sequential", _sequential), ("batched", _batched)):
+        policy = LocalPolicy(model, tokenizer, max_batch=n, window_s=0.02)
+        started = time.perf_counter()
+        out = asyncio.run(runner(policy, inputs, sampling))
+        wall = time.perf_counter() - started
+        tokens = sum(len(g.token_ids) for g in out)
+        results[name] = (tokens / wall, out)
+        print(f"generation {name:10s}: {len(inputs)} requests, prompt ~{len(inputs[0])} tokens, "
+              f"{tokens} new tokens in {wall:.1f}s = {tokens / wall:.1f} tok/s, "
+              f"{policy.stats.admissions} admissions, {policy.stats.steps} decode steps")
+    same = all(a.token_ids == b.token_ids
+               for a, b in zip(results["batched"][1], results["sequential"][1], strict=True))
+    ratio = results["batched"][0] / results["sequential"][0]
+    print(f"  batched / sequential throughput: {ratio:.2f}x (target >= {TARGET_GENERATION}); "
+          f"identical greedy tokens: {same}")
+    return ratio
+
+
+def train_samples(vocab: int, n: int, length: int, seed: int = 0) -> list[TrainSample]:
+    """`n` samples of `length` tokens: a quarter prompt, the rest response (1/3 masked out)."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        ids = torch.randint(3, vocab, (length,), generator=gen).tolist()
+        split = length // 4
+        mask = [0 if j % 3 == 0 else 1 for j in range(length - split)]
+        out.append(TrainSample(role=Role.SOLVER if i % 2 else Role.EXTRACTOR,
+                               prompt_ids=ids[:split], response_ids=ids[split:], loss_mask=mask,
+                               log_probs=[-5.0 * m for m in mask], reward=float(i % 2),
+                               group_id="g", advantage=1.0 if i % 2 else -1.0))
+    return out
+
+
+def bare_step(model, samples, cfg, pad_id: int, device) -> float:
+    """Seconds of forward + cross-entropy over every token + backward (no optimiser)."""
+    batch = build_token_batch(samples, cfg.loss, pad_id, device)
+    model.train()
+    started = time.perf_counter()
+    for i in range(0, len(samples), cfg.local.micro_batch_size):
+        ids = batch.input_ids[i:i + cfg.local.micro_batch_size]
+        mask = batch.attention_mask[i:i + cfg.local.micro_batch_size]
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(),
+                                                 ids[:, 1:].flatten())
+        loss.backward()
+    _sync(device)
+    seconds = time.perf_counter() - started
+    model.zero_grad(set_to_none=True)
+    model.eval()
+    return seconds
+
+
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def bench_trainer(path, cfg, tokenizer, n: int, length: int) -> float:
+    device = cfg.local.device
+    model = load_model(path, device, cfg.local.dtype)
+    ref = load_model(path, device, cfg.local.dtype, trainable=False)
+    samples = train_samples(len(tokenizer), n, length)
+    tokens = n * length
+    bare = bare_step(model, samples, cfg, int(tokenizer.pad_token_id), device)
+    trainer = GRPOTrainer(model, ref, cfg.loss, cfg.local, int(tokenizer.pad_token_id))
+    started = time.perf_counter()
+    metrics = trainer.step(samples)
+    _sync(device)
+    step = time.perf_counter() - started
+    ratio = bare / step
+    print(f"trainer: {n} samples x {length} tokens, micro-batch {cfg.local.micro_batch_size}, "
+          f"gradient checkpointing {cfg.local.gradient_checkpointing}, {cfg.local.dtype}")
+    print(f"  bare forward+backward: {bare:.1f}s = {tokens / bare:.0f} tok/s; GRPO step: "
+          f"{step:.1f}s = {tokens / step:.0f} tok/s (loss {metrics.loss:.4f}, kl {metrics.kl:.4f})")
+    print(f"  GRPO step / bare throughput: {ratio:.2f}x (target >= {TARGET_TRAINER})")
+    return ratio
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default="configs/local_cpu.yaml")
+    parser.add_argument("--device", help="override local.device (cpu, cuda)")
+    parser.add_argument("--episodes", type=int, default=8, help="concurrent generate calls")
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--train-samples", type=int, default=8)
+    parser.add_argument("--train-length", type=int, default=256)
+    parser.add_argument("--no-gradient-checkpointing", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    cfg = load_config(args.config)
+    local = dataclasses.replace(
+        cfg.local, device=args.device or cfg.local.device,
+        gradient_checkpointing=cfg.local.gradient_checkpointing
+        and not args.no_gradient_checkpointing)
+    cfg = dataclasses.replace(cfg, local=local)
+    torch.set_num_threads(local.torch_threads)
+    path = resolve_model_path(local.model, local.models_dir)
+    tokenizer = load_tokenizer(path)
+    print(f"model {path} on {local.device} ({torch.get_num_threads()} torch threads)")
+    policy_model = load_model(path, local.device, local.dtype, trainable=False)
+    generation = bench_generation(policy_model, tokenizer, args.episodes, args.new_tokens)
+    del policy_model
+    trainer = bench_trainer(path, cfg, tokenizer, args.train_samples, args.train_length)
+    rss = peak_rss_gb()
+    print(f"peak RSS (policy + reference + trainer state): {rss:.2f} GB "
+          f"(target < {TARGET_RSS_GB} GB)")
+    if torch.device(local.device).type == "cuda":
+        print(f"peak CUDA memory: {torch.cuda.max_memory_allocated() / 1024 ** 3:.2f} GB")
+    ok = generation >= TARGET_GENERATION and trainer >= TARGET_TRAINER and rss < TARGET_RSS_GB
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,236 @@
+"""Batched decoding with rows that join and leave at any step (continuous batching).
+
+Owns `Decoder` (the running batch: KV cache, attention mask, positions, the next token of every
+row), `sample_tokens` and `DecodeStats`. `admit` encodes new prompts — reusing stored KV prefixes
+(`evolving_rl.local.kv_cache`) — samples their first token and merges them into the running
+batch, left-padding whichever side is shorter; `step` feeds every row's last token, samples the
+next and retires the rows that finished: an end-of-sequence id, one of the row's `stop` strings
+(checked on the decoded generation; the ids that completed it are kept, like SGLang's
+`no_stop_trim`), or its `max_new_tokens`. A retired row's KV is stored for later prompts that
+extend it and its `Generation` is handed to the `done` callback at once, so an episode can step
+its environment while the other rows keep decoding. Position ids always come from the attention
+mask, so padding never shifts a token's position.
+
+Log-probs are those of the raw model (log-softmax of the logits at temperature 1, before top-k /
+top-p), the old log-probs PPO needs and what the trainer recomputes; sampling itself uses the
+temperature-scaled, filtered distribution (temperature 0: greedy).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from evolving_rl.clients.policy import FinishReason, Generation, SamplingParams
+from evolving_rl.local.kv_cache import PrefixCache, assemble_prefill, cache_layers
+
+
+@dataclass
+class DecodeStats:
+    """Prefill calls (admissions), requests, decode steps, rows summed over steps, new tokens."""
+
+    admissions: int = 0
+    requests: int = 0
+    steps: int = 0
+    step_rows: int = 0
+    tokens: int = 0
+    busy_s: float = 0.0
+
+
+def _filtered_probs(logits: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
+    """Probabilities of one row after temperature, top-k and top-p."""
+    scaled = logits / sampling.temperature
+    if 0 < sampling.top_k < scaled.numel():
+        kth = torch.topk(scaled, sampling.top_k).values[-1]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    probs = torch.softmax(scaled, dim=-1)
+    if sampling.top_p < 1.0:
+        sorted_probs, order = torch.sort(probs, descending=True)
+        before = sorted_probs.cumsum(-1) - sorted_probs  # mass strictly before each token
+        sorted_probs = sorted_probs.masked_fill(before >= sampling.top_p, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+    return probs
+
+
+def sample_tokens(logits: torch.Tensor, samplings: Sequence[SamplingParams],
+                  generator: torch.Generator) -> torch.Tensor:
+    """One token per row of `logits` [rows, vocab] under that row's sampling parameters."""
+    logits = logits.float()
+    tokens = torch.empty(logits.shape[0], dtype=torch.long, device=logits.device)
+    for row, sampling in enumerate(samplings):
+        if sampling.temperature == 0.0:
+            tokens[row] = torch.argmax(logits[row])
+        else:
+            probs = _filtered_probs(logits[row], sampling)
+            tokens[row] = torch.multinomial(probs, 1, generator=generator)[0]
+    return tokens
+
+
+@dataclass
+class Row:
+    """One request inside the running batch."""
+
+    key: Any  # the caller's handle, passed back to `done`
+    prompt: list[int]
+    sampling: SamplingParams
+    ids: list[int]
+    log_probs: list[float]
+
+
+Done = Callable[[Any, Generation], None]
+
+
+class Decoder:
+    """The running batch of one model (see the module docstring); not thread-safe."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, eos_ids: frozenset[int],
+                 generator: torch.Generator, prefixes: PrefixCache | None, cache_name: str,
+                 done: Done) -> None:
+        self.model, self.tokenizer, self.eos_ids = model, tokenizer, eos_ids
+        self.generator, self.prefixes, self.cache_name, self.done = (
+            generator, prefixes, cache_name, done)
+        self.device = next(model.parameters()).device
+        self.pad_id = int(tokenizer.pad_token_id)
+        self.stats = DecodeStats()
+        self.rows: list[Row] = []
+        self.cache: Any = None
+        self.mask = self.positions = self.tokens = None  # [rows, T], [rows, 1], [rows]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def _finish_reason(self, row: Row, token: int) -> FinishReason | None:
+        if token in self.eos_ids:
+            return FinishReason.STOP
+        if row.sampling.stop:
+            text = self.tokenizer.decode(row.ids, skip_special_tokens=False)
+            if any(stop in text for stop in row.sampling.stop):
+                return FinishReason.STOP
+        return FinishReason.LENGTH if len(row.ids) >= row.sampling.max_new_tokens else None
+
+    def _sample(self, logits: torch.Tensor, rows: Sequence[Row]) -> tuple[torch.Tensor, list[int]]:
+        """Sample one token per row, record it; (tokens, indices of rows still running)."""
+        logits = logits.float()
+        tokens = sample_tokens(logits, [r.sampling for r in rows], self.generator)
+        chosen = torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None])[:, 0].tolist()
+        keep = []
+        for k, row in enumerate(rows):
+            token = int(tokens[k])
+            row.ids.append(token)
+            row.log_probs.append(chosen[k])
+            reason = self._finish_reason(row, token)
+            if reason is None:
+                keep.append(k)
+            else:
+                self.stats.tokens += len(row.ids)
+                self.done(row.key, Generation(tuple(row.ids), tuple(row.log_probs), reason))
+        return tokens, keep
+
+    def _remember(self, row: Row, layers: list[tuple[torch.Tensor, torch.Tensor]],
+                  mask: torch.Tensor, k: int) -> None:
+        """Store the KV of batch row `k` (prompt + ids minus the last, unfed token)."""
+        if self.prefixes is None:
+            return
+        keep = mask[k].bool()
+        kv = [(keys[k][:, keep], values[k][:, keep]) for keys, values in layers]
+        ids = row.prompt + row.ids[:-1]
+        if kv and kv[0][0].shape[1] == len(ids):
+            self.prefixes.store(ids, kv)
+
+    @torch.inference_mode()
+    def admit(self, requests: Sequence[tuple[Any, list[int], SamplingParams]]) -> None:
+        """Encode `requests` (key, prompt ids, sampling), sample their first token, join them."""
+        started = time.perf_counter()
+        self.model.eval()
+        prompts = [prompt for _, prompt, _ in requests]
+        reused = [self.prefixes.lookup(p) if self.prefixes else (0, None) for p in prompts]
+        inputs = assemble_prefill(prompts, reused, self.pad_id, self.device)
+        past = {}
+        if inputs.past is not None:
+            cache = DynamicCache()
+            for layer, (keys, values) in enumerate(inputs.past):
+                cache.update(keys, values, layer)
+            past[self.cache_name] = cache
+        out = self.model(input_ids=inputs.input_ids, attention_mask=inputs.attention_mask,
+                         position_ids=inputs.position_ids, use_cache=True, logits_to_keep=1,
+                         **past)
+        rows = [Row(key, list(prompt), sampling, [], []) for key, prompt, sampling in requests]
+        tokens, keep = self._sample(out.logits[:, -1, :], rows)
+        cache = getattr(out, self.cache_name)
+        self._retire(rows, keep, cache_layers(cache), inputs.attention_mask)
+        if keep:
+            index = torch.tensor(keep, device=self.device)
+            layers = [(k[index], v[index]) for k, v in cache_layers(cache)]
+            self._merge([rows[k] for k in keep], layers, inputs.attention_mask[index],
+                        inputs.position_ids[index, -1:], tokens[index])
+        self.stats.admissions += 1
+        self.stats.requests += len(requests)
+        self.stats.busy_s += time.perf_counter() - started
+
+    def _retire(self, rows: Sequence[Row], keep: Sequence[int],
+                layers: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor) -> None:
+        kept = set(keep)
+        for k, row in enumerate(rows):
+            if k not in kept:
+                self._remember(row, layers, mask, k)
+
+    def _merge(self, rows: list[Row], layers: list[tuple[torch.Tensor, torch.Tensor]],
+               mask: torch.Tensor, positions: torch.Tensor, tokens: torch.Tensor) -> None:
+        """Join new rows to the running batch, left-padding the shorter side's KV and mask."""
+        if not self.rows:
+            self.cache = DynamicCache()
+            for layer, (keys, values) in enumerate(layers):
+                self.cache.update(keys, values, layer)
+            self.rows, self.mask, self.positions, self.tokens = rows, mask, positions, tokens
+            return
+        width = max(self.mask.shape[1], mask.shape[1])
+        merged = DynamicCache()
+        for layer, ((k_old, v_old), (k_new, v_new)) in enumerate(
+                zip(cache_layers(self.cache), layers, strict=True)):
+            merged.update(torch.cat([_left_pad(k_old, width), _left_pad(k_new, width)]),
+                          torch.cat([_left_pad(v_old, width), _left_pad(v_new, width)]), layer)
+        self.cache = merged
+        self.mask = torch.cat([_left_pad(self.mask, width), _left_pad(mask, width)])
+        self.positions = torch.cat([self.positions, positions])
+        self.tokens = torch.cat([self.tokens, tokens])
+        self.rows = self.rows + rows
+
+    @torch.inference_mode()
+    def step(self) -> None:
+        """Feed every row its last token, sample the next, retire finished rows."""
+        started = time.perf_counter()
+        self.model.eval()
+        self.mask = torch.cat([self.mask, self.mask.new_ones((len(self.rows), 1))], dim=1)
+        self.positions = self.positions + 1
+        out = self.model(input_ids=self.tokens[:, None], attention_mask=self.mask,
+                         position_ids=self.positions, use_cache=True,
+                         **{self.cache_name: self.cache})
+        self.cache = getattr(out, self.cache_name)
+        self.stats.steps += 1
+        self.stats.step_rows += len(self.rows)
+        tokens, keep = self._sample(out.logits[:, -1, :], self.rows)
+        self._retire(self.rows, keep, cache_layers(self.cache), self.mask)
+        if len(keep) < len(self.rows):
+            index = torch.tensor(keep, dtype=torch.long, device=self.device)
+            self.cache.batch_select_indices(index)
+            self.mask, self.positions = self.mask[index], self.positions[index]
+            tokens = tokens[index]
+            self.rows = [self.rows[k] for k in keep]
+        self.tokens = tokens
+        self.stats.busy_s += time.perf_counter() - started
+
+
+def _left_pad(tensor: torch.Tensor, width: int) -> torch.Tensor:
+    """Zero-pad dimension -2 (KV [rows, heads, T, dim]) or -1 (mask [rows, T]) on the left."""
+    dim = -2 if tensor.dim() == 4 else -1
+    missing = width - tensor.shape[dim]
+    if missing == 0:
+        return tensor
+    shape = list(tensor.shape)
+    shape[dim] = missing
+    return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)

@@ -1,0 +1,253 @@
+"""The main job of the embedded backend, end to end on one machine (`python -m evolving_rl.local`).
+
+Owns the sequence and nothing of what each stage does:
+
+1. data — generate a small ALFWorld set with `env.alfworld.generate` when the data root holds
+   no games (`local.games_per_type` per task type and split, room sizes from
+   `alfworld.generator_*`), then write the prepared splits with `env.alfworld.prepare`;
+2. retrieval cache — `evolving_rl.retrieval.build.refresh_cache` with the configured encoder
+   (MiniLM from its PyPI package on the CPU default);
+3. servers — retrieval (`env.retrieval.launcher`) and ALFWorld router + workers
+   (`python -m env.alfworld.launch`); both stopped on exit, by the launchers that know the PIDs
+   they started;
+4. model — policy, frozen reference and trainer (`evolving_rl.local.model` / `trainer`),
+   optionally resumed from a checkpoint;
+5. training — evaluation before, `local.train_steps` rollouts of the four-stage pipeline with the
+   in-process policy, one GRPO step each, evaluation after, checkpoint, plot.
+Every record goes to `<run>/metrics.jsonl`; skills to `<run>/skill_library.jsonl`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from tqdm import tqdm
+
+from evolving_rl.clients.tokenizer import HFChatTokenizer
+from evolving_rl.config import to_dict
+from evolving_rl.config.schema import Config
+from evolving_rl.domains.alfworld import AlfworldAdapter
+from evolving_rl.local.metrics import MetricsLog, group_variance
+from evolving_rl.local.model import load_model, load_tokenizer, resolve_model_path
+from evolving_rl.local.plots import plot_run
+from evolving_rl.local.policy import LocalPolicy
+from evolving_rl.local.trainer import GRPOTrainer, seed_everything
+from evolving_rl.pipeline.context import PipelineContext, build_context
+from evolving_rl.pipeline.evaluation import run_eval
+from evolving_rl.pipeline.rollout import run_training_rollout
+
+logger = logging.getLogger(__name__)
+
+EVAL_SPLIT = "valid_unseen"
+ALFWORLD_LAUNCH = "env.alfworld.launch"
+
+
+@dataclass
+class JobResult:
+    """What the run measured and where it wrote it (the summary is rendered from this)."""
+
+    run_dir: Path
+    stage_s: dict[str, float] = field(default_factory=dict)
+    before: dict[str, Any] = field(default_factory=dict)
+    after: dict[str, Any] = field(default_factory=dict)
+    train: list[dict[str, Any]] = field(default_factory=list)
+    checkpoint: Path | None = None
+    plot: Path | None = None
+
+
+@contextlib.contextmanager
+def timed(result: JobResult, stage: str) -> Iterator[None]:
+    started = time.perf_counter()
+    logger.info("stage %s ...", stage)
+    yield
+    result.stage_s[stage] = time.perf_counter() - started
+    logger.info("stage %s done in %.1fs", stage, result.stage_s[stage])
+
+
+def prepare_data(cfg: Config) -> None:
+    """Generate games when the data root has none, then (re)write the prepared splits."""
+    from env.alfworld.gen_task import RoomLimits
+    from env.alfworld.generate import DATA_DIR, GeneratorSettings, generate_dataset
+    from env.alfworld.prepare import prepare
+
+    root = Path(cfg.alfworld.data_root)
+    if not any((root / DATA_DIR).glob("*/*/*/game.tw-pddl")):
+        limits = RoomLimits(cfg.alfworld.generator_max_receptacles,
+                            cfg.alfworld.generator_max_objects)
+        report = generate_dataset(root, cfg.local.games_per_type, seed=cfg.run.seed,
+                                  workers=cfg.local.generator_workers,
+                                  settings=GeneratorSettings(limits=limits))
+        logger.info("generated games per split %s in %.0fs (%d missing)",
+                    report.games_per_split, report.wall_seconds, report.missing)
+    manifest = prepare(root, cfg.alfworld.prepared_dir)
+    logger.info("prepared splits: %s", {k: v["games"] for k, v in manifest["splits"].items()})
+
+
+def build_retrieval_cache(cfg: Config) -> None:
+    from evolving_rl.retrieval.build import refresh_cache
+    from evolving_rl.retrieval.encoder import load_encoder
+
+    stats = refresh_cache(cfg, load_encoder(cfg.retrieval))
+    logger.info("retrieval cache %s: %d rows, %d encoded", cfg.retrieval.cache_path,
+                stats.n_rows, stats.n_encoded)
+
+
+def _alfworld_launch(action: str, config_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", ALFWORLD_LAUNCH, action, "--config",
+                    str(config_path)], check=True)
+
+
+@contextlib.contextmanager
+def servers(config_path: Path) -> Iterator[None]:
+    """Retrieval and ALFWorld servers for the duration of the block; stopped on any exit."""
+    from env.retrieval.launcher import start_retrieval_server
+
+    with contextlib.ExitStack() as stack:
+        retrieval = start_retrieval_server(config_path)
+        stack.callback(retrieval.stop)
+        _alfworld_launch("start", config_path)
+        stack.callback(_alfworld_launch, "stop", config_path)
+        yield
+
+
+def read_split(cfg: Config, split: str) -> list[dict[str, Any]]:
+    path = Path(cfg.alfworld.prepared_dir) / f"{split}.jsonl"
+    with path.open(encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def eval_rows(cfg: Config) -> list[dict[str, Any]]:
+    """`local.n_eval_games` held-out games, taken round-robin over task types (deterministic)."""
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for row in read_split(cfg, EVAL_SPLIT):
+        by_type.setdefault(row["metadata"]["task_type"], []).append(row)
+    queues = [rows for _, rows in sorted(by_type.items())]
+    picked: list[dict[str, Any]] = []
+    while len(picked) < cfg.local.n_eval_games and any(queues):
+        for rows in queues:
+            if rows and len(picked) < cfg.local.n_eval_games:
+                picked.append(rows.pop(0))
+    return picked
+
+
+@dataclass
+class Models:
+    """The policy (trained in place and sampled from), its tokenizer and the trainer."""
+
+    tokenizer: Any
+    policy: LocalPolicy
+    trainer: GRPOTrainer
+
+
+def load_models(cfg: Config) -> Models:
+    local = cfg.local
+    path = resolve_model_path(local.model, local.models_dir)
+    tokenizer = load_tokenizer(path)
+    start = Path(local.resume_from) if local.resume_from else path
+    model = load_model(start, local.device, local.dtype)
+    uses_kl = cfg.loss.kl_coef.solver > 0 or cfg.loss.kl_coef.extractor > 0
+    ref = load_model(path, local.device, local.dtype, trainable=False) if uses_kl else None
+    trainer = GRPOTrainer(model, ref, cfg.loss, local, int(tokenizer.pad_token_id))
+    if local.resume_from:
+        trainer.load_state(start)
+        logger.info("resumed from %s at step %d", start, trainer.step_count)
+    policy = LocalPolicy(model, tokenizer, max_batch=local.max_batch_generate,
+                         window_s=local.batch_window_s, seed=cfg.run.seed,
+                         prefix_entries=local.prefix_cache_entries)
+    return Models(tokenizer, policy, trainer)
+
+
+async def _evaluate(ctx: PipelineContext, models: Models, cfg: Config, log: MetricsLog,
+                    phase: str) -> dict[str, Any]:
+    metrics = await run_eval(ctx, eval_rows(cfg), repeats=cfg.local.eval_repeats)
+    return log.write("eval", models.trainer.step_count,
+                     {"phase": phase, **metrics, **models.policy.take_stats()})
+
+
+async def _train_step(ctx: PipelineContext, models: Models, cfg: Config, log: MetricsLog,
+                      rows: list[dict[str, Any]]) -> dict[str, Any]:
+    step = models.trainer.step_count + 1
+    outcome = await run_training_rollout(ctx, rows, rollout_id=step)
+    generation = models.policy.take_stats()
+    trained = await asyncio.to_thread(models.trainer.step, outcome.samples)
+    models.policy.weights_changed()
+    record = {**outcome.metrics, **group_variance(outcome.metrics), **generation,
+              **{f"train/{k}": v for k, v in trained.as_dict().items() if k != "step"}}
+    return log.write("train", trained.step, record)
+
+
+async def train_and_evaluate(cfg: Config, models: Models, log: MetricsLog,
+                             result: JobResult) -> None:
+    adapter = AlfworldAdapter(lenient=cfg.local.lenient_actions)
+    ctx = await build_context(cfg, models.policy, HFChatTokenizer(models.tokenizer),
+                              adapter=adapter, run_dir=result.run_dir)
+    sources = read_split(cfg, cfg.pipeline.retrieval_split)
+    rng = random.Random(cfg.run.seed)
+    try:
+        with timed(result, "eval_before"):
+            result.before = await _evaluate(ctx, models, cfg, log, "before")
+        with timed(result, "training"):
+            for _ in tqdm(range(cfg.local.train_steps), desc="training steps", unit="step"):
+                rows = rng.sample(sources, min(cfg.pipeline.source_tasks_per_rollout,
+                                               len(sources)))
+                result.train.append(await _train_step(ctx, models, cfg, log, rows))
+                _maybe_checkpoint(cfg, models, result)
+        with timed(result, "eval_after"):
+            result.after = await _evaluate(ctx, models, cfg, log, "after")
+    finally:
+        await models.policy.close()
+        await ctx.close()
+
+
+def _maybe_checkpoint(cfg: Config, models: Models, result: JobResult, final: bool = False) -> None:
+    step, every = models.trainer.step_count, cfg.local.checkpoint_every
+    if final or (every and step % every == 0):
+        result.checkpoint = models.trainer.save(
+            result.run_dir / "checkpoints" / f"step_{step:04d}", models.tokenizer)
+        logger.info("checkpoint %s", result.checkpoint)
+
+
+def write_effective_config(cfg: Config, run_dir: Path) -> Path:
+    """The validated config (overrides applied) as YAML: what the servers are started with."""
+    path = run_dir / "config.yaml"
+    path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
+    return path
+
+
+def run_job(cfg: Config) -> JobResult:
+    """Run every stage of the module docstring; returns what was measured."""
+    if cfg.environment != "alfworld":
+        raise NotImplementedError("the local main job prepares ALFWorld data only")
+    result = JobResult(run_dir=Path(cfg.run.output_dir))
+    result.run_dir.mkdir(parents=True, exist_ok=True)
+    seed_everything(cfg.run.seed)
+    torch.set_num_threads(cfg.local.torch_threads)
+    log = MetricsLog.in_run_dir(result.run_dir)
+    config_path = write_effective_config(cfg, result.run_dir)
+    with timed(result, "data"):
+        prepare_data(cfg)
+    with timed(result, "retrieval_cache"):
+        build_retrieval_cache(cfg)
+    with timed(result, "model"):
+        models = load_models(cfg)
+    with contextlib.ExitStack() as stack:
+        with timed(result, "servers_start"):
+            stack.enter_context(servers(config_path))
+        asyncio.run(train_and_evaluate(cfg, models, log, result))
+    with timed(result, "checkpoint"):
+        _maybe_checkpoint(cfg, models, result, final=True)
+    result.plot = plot_run(log.read(), result.run_dir / "rewards.png")
+    return result

@@ -1,0 +1,143 @@
+"""Prefix reuse of KV caches across generate calls (what SGLang's radix cache does, simply).
+
+Owns `PrefixCache` and `assemble_prefill`. A multi-turn episode sends, each turn, its whole
+context: the previous prompt + the sampled reply + the next observation block. Without reuse the
+in-process policy would re-encode the growing context every turn (quadratic in turns, and most
+of the CPU time). When a row of a batch finishes, the KV tensors of the tokens it has encoded
+(prompt + reply minus the last sampled token, never fed) are stored under those token ids; a
+later prompt reuses the longest stored common prefix (at least `min_tokens`) and only its suffix
+is encoded.
+
+A batch mixes rows with different reused lengths: reused keys/values are left-padded to the
+longest reused length C, the suffixes are left-padded to the longest suffix S, and the attention
+mask [rows, C + S] marks the holes; position ids come from the mask, so every token keeps the
+position it had (or would have had) in a plain left-padded batch. Entries are an LRU bounded by
+`capacity`; an entry that is a prefix of a newly stored one is dropped (superseded). Only for
+models whose every layer is full attention (no sliding window), since a sliding-window layer
+does not keep the whole prefix.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+LayerKV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [heads, len, dim]
+
+
+def full_attention_only(model: torch.nn.Module) -> bool:
+    config = model.config
+    types = getattr(config, "layer_types", None) or ["full_attention"]
+    sliding = getattr(config, "use_sliding_window", False) and getattr(
+        config, "sliding_window", None)
+    return set(types) == {"full_attention"} and not sliding
+
+
+def cache_layers(cache: object) -> LayerKV:
+    """(keys, values) [batch, heads, len, dim] of each layer of an HF dynamic cache."""
+    if hasattr(cache, "layers"):  # transformers >= 4.56
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return list(zip(cache.key_cache, cache.value_cache, strict=True))
+
+
+@dataclass
+class _Entry:
+    ids: np.ndarray
+    kv: LayerKV
+
+
+class PrefixCache:
+    """LRU of per-sequence KV tensors keyed by the token ids they encode."""
+
+    def __init__(self, capacity: int, min_tokens: int = 16) -> None:
+        self.capacity = capacity
+        self.min_tokens = min_tokens
+        self._entries: OrderedDict[int, _Entry] = OrderedDict()
+        self._next = 0
+        self.hits = 0
+        self.reused_tokens = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        """Drop every entry (stored KV is stale once the weights change)."""
+        self._entries.clear()
+
+    def lookup(self, prompt: Sequence[int]) -> tuple[int, LayerKV | None]:
+        """(n, kv of the first n tokens) of the longest stored common prefix; n < len(prompt)."""
+        query = np.asarray(prompt, dtype=np.int64)
+        best_key, best_n = None, 0
+        for key, entry in self._entries.items():
+            n = min(len(entry.ids), len(query) - 1)
+            differ = np.flatnonzero(entry.ids[:n] != query[:n])
+            common = int(differ[0]) if differ.size else n
+            if common > best_n:
+                best_key, best_n = key, common
+        if best_key is None or best_n < self.min_tokens:
+            return 0, None
+        self._entries.move_to_end(best_key)
+        self.hits += 1
+        self.reused_tokens += best_n
+        kv = self._entries[best_key].kv
+        return best_n, [(k[:, :best_n], v[:, :best_n]) for k, v in kv]
+
+    def store(self, ids: Sequence[int], kv: LayerKV) -> None:
+        if self.capacity <= 0 or len(ids) < self.min_tokens:
+            return
+        new = np.asarray(ids, dtype=np.int64)
+        for key in [k for k, e in self._entries.items()
+                    if len(e.ids) <= len(new) and np.array_equal(e.ids, new[:len(e.ids)])]:
+            del self._entries[key]
+        self._entries[self._next] = _Entry(new, kv)
+        self._next += 1
+        while len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)
+
+
+@dataclass
+class Prefill:
+    """Inputs of the first forward of a batch (see the module docstring)."""
+
+    input_ids: torch.Tensor  # [rows, S]
+    attention_mask: torch.Tensor  # [rows, C + S]
+    position_ids: torch.Tensor  # [rows, S]
+    past: LayerKV | None  # per layer [rows, heads, C, dim], None when nothing is reused
+
+
+def assemble_prefill(prompts: Sequence[Sequence[int]], reused: Sequence[tuple[int, LayerKV | None]],
+                     pad_id: int, device: torch.device | str) -> Prefill:
+    """Left-pad reused KV to C and suffixes to S; mask and positions for the mixed batch."""
+    lengths = [n for n, _ in reused]
+    width_c = max(lengths)
+    width_s = max(len(p) - n for p, n in zip(prompts, lengths, strict=True))
+    ids = torch.full((len(prompts), width_s), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width_c + width_s), dtype=torch.long)
+    for row, (prompt, n) in enumerate(zip(prompts, lengths, strict=True)):
+        suffix = list(prompt[n:])
+        if suffix:
+            ids[row, width_s - len(suffix):] = torch.tensor(suffix, dtype=torch.long)
+            mask[row, width_c + width_s - len(suffix):] = 1
+        mask[row, width_c - n:width_c] = 1
+    positions = (mask.cumsum(-1) - 1).clamp_min(0)[:, width_c:]
+    past = _pad_past(reused, width_c, device) if width_c else None
+    return Prefill(ids.to(device), mask.to(device), positions.to(device), past)
+
+
+def _pad_past(reused: Sequence[tuple[int, LayerKV | None]], width: int,
+              device: torch.device | str) -> LayerKV:
+    template = next(kv for _, kv in reused if kv is not None)
+    past: LayerKV = []
+    for layer, (k0, v0) in enumerate(template):
+        keys = k0.new_zeros((len(reused), k0.shape[0], width, k0.shape[-1]))
+        values = v0.new_zeros((len(reused), v0.shape[0], width, v0.shape[-1]))
+        for row, (n, kv) in enumerate(reused):
+            if kv is not None:
+                keys[row, :, width - n:] = kv[layer][0]
+                values[row, :, width - n:] = kv[layer][1]
+        past.append((keys.to(device), values.to(device)))
+    return past

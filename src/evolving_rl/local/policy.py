@@ -1,0 +1,193 @@
+"""The in-process policy: an HF causal LM behind the pipeline's `PolicyClient` interface.
+
+Owns `LocalPolicy`: `generate` (async, what the episode loop awaits) hands each request to one
+engine thread that runs a continuous batch (`evolving_rl.local.decoder.Decoder`). When the engine
+is idle, the first request waits `window_s` for concurrent ones so that they are encoded
+together; while it decodes, requests that arrive join the running batch at the next step (up to
+`max_batch` rows), and each finished row's result is handed back at once. The event loop is
+never blocked: env and retrieval I/O of other episodes proceed while the model runs.
+`generate_batch` decodes a list of prompts synchronously through the same decoder (tests,
+benchmarks); do not call it while the engine thread is serving.
+
+Returned ids are exactly the sampled ones; returned log-probs are the raw model's (temperature
+1, before top-k/top-p), which is what the trainer recomputes (`trainer.token_log_probs`). A KV
+prefix stored by an earlier call is reused when a prompt extends it (multi-turn episodes then
+encode only their new observation block). The model is shared with the trainer: do not train
+while a rollout generates, and call `weights_changed` after every optimiser step so that no KV
+computed with the old weights is reused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from evolving_rl.clients.policy import FinishReason, Generation, PolicyError, SamplingParams
+from evolving_rl.local.decoder import Decoder, DecodeStats
+from evolving_rl.local.kv_cache import PrefixCache, full_attention_only
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    future: asyncio.Future[Generation]
+    loop: asyncio.AbstractEventLoop
+
+
+def _resolve(future: asyncio.Future[Generation], generation: Generation) -> None:
+    if not future.done():  # the episode may have been cancelled meanwhile
+        future.set_result(generation)
+
+
+def _reject(future: asyncio.Future[Generation], error: PolicyError) -> None:
+    if not future.done():
+        future.set_exception(error)
+
+
+def eos_ids(model: torch.nn.Module, tokenizer: Any) -> frozenset[int]:
+    """The tokenizer's eos and every eos id of the model's generation config."""
+    ids = {int(tokenizer.eos_token_id)}
+    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(config_eos, int):
+        ids.add(config_eos)
+    elif isinstance(config_eos, list):
+        ids.update(int(i) for i in config_eos)
+    return frozenset(ids)
+
+
+class LocalPolicy:
+    """`PolicyClient` over an in-process HF causal LM, with continuous batching."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, *, max_batch: int = 8,
+                 window_s: float = 0.02, seed: int = 0, prefix_entries: int = 0) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.max_batch, self.window_s = max_batch, window_s
+        device = next(model.parameters()).device
+        self.generator = torch.Generator(device=device).manual_seed(seed)
+        reuse = prefix_entries > 0 and full_attention_only(model)
+        self.prefixes = PrefixCache(prefix_entries) if reuse else None
+        # transformers 5.x renamed the KV-cache argument and output `past_key_values` -> `cache`
+        self._cache_name = ("cache" if "cache" in inspect.signature(model.forward).parameters
+                            else "past_key_values")
+        self._eos = eos_ids(model, tokenizer)
+        self.stats = DecodeStats()
+        self._pending: deque[_Request] = deque()
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    def _decoder(self, done: Any) -> Decoder:
+        return Decoder(self.model, self.tokenizer, self._eos, self.generator, self.prefixes,
+                       self._cache_name, done)
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
+        if sampling.max_new_tokens <= 0:
+            return Generation((), (), FinishReason.LENGTH)
+        loop = asyncio.get_running_loop()
+        request = _Request(list(prompt_ids), sampling, loop.create_future(), loop)
+        with self._wake:
+            self._pending.append(request)
+            if self._thread is None:
+                self._stopping = False
+                self._thread = threading.Thread(target=self._serve, name="local-policy",
+                                                daemon=True)
+                self._thread.start()
+            self._wake.notify()
+        return await request.future
+
+    def _next_requests(self, running: int) -> list[_Request] | None:
+        """Requests to admit now ([] while decoding with nothing new); None when stopping."""
+        with self._wake:
+            while not self._pending and not running and not self._stopping:
+                self._wake.wait()
+            if self._stopping:
+                return None
+        if not running and self.window_s > 0:
+            time.sleep(self.window_s)  # idle: let concurrent calls arrive before encoding
+        taken = []
+        with self._wake:
+            while self._pending and running + len(taken) < self.max_batch:
+                request = self._pending.popleft()
+                if not request.future.done():
+                    taken.append(request)
+        return taken
+
+    def _serve(self) -> None:
+        """The engine thread: admit pending requests at step boundaries, decode, repeat."""
+        decoder = self._decoder(lambda request, generation: request.loop.call_soon_threadsafe(
+            _resolve, request.future, generation))
+        while (taken := self._next_requests(len(decoder))) is not None:
+            try:
+                if taken:
+                    decoder.admit([(r, r.prompt_ids, r.sampling) for r in taken])
+                if len(decoder):
+                    decoder.step()
+            except (RuntimeError, ValueError) as error:  # what torch raises (e.g. out of memory)
+                logger.error("local generation failed: %s", error)
+                failed = PolicyError(str(error))
+                for request in [*taken, *(row.key for row in decoder.rows)]:
+                    request.loop.call_soon_threadsafe(_reject, request.future, failed)
+                decoder = self._decoder(decoder.done)
+            self._add_stats(decoder)
+        for row in decoder.rows:  # stopped mid-decode: nobody will resolve these
+            row.key.loop.call_soon_threadsafe(row.key.future.cancel)
+
+    def _add_stats(self, decoder: Decoder) -> None:
+        stats, decoder.stats = decoder.stats, DecodeStats()
+        for name in ("admissions", "requests", "steps", "step_rows", "tokens", "busy_s"):
+            setattr(self.stats, name, getattr(self.stats, name) + getattr(stats, name))
+
+    def generate_batch(self, prompts: Sequence[Sequence[int]],
+                       samplings: Sequence[SamplingParams]) -> list[Generation]:
+        """Decode `prompts` together, synchronously; one `Generation` per prompt, in order."""
+        results: dict[int, Generation] = {}
+        decoder = self._decoder(results.__setitem__)
+        decoder.admit([(i, list(p), s) for i, (p, s) in enumerate(
+            zip(prompts, samplings, strict=True))])
+        while len(decoder):
+            decoder.step()
+        self._add_stats(decoder)
+        return [results[i] for i in range(len(prompts))]
+
+    def take_stats(self) -> dict[str, float]:
+        """Engine and prefix-reuse counters since the last call (then reset)."""
+        stats, self.stats = self.stats, DecodeStats()
+        out = {"policy/admissions": float(stats.admissions),
+               "policy/requests": float(stats.requests), "policy/decode_steps": float(stats.steps),
+               "policy/rows_per_step": stats.step_rows / stats.steps if stats.steps else 0.0,
+               "policy/new_tokens": float(stats.tokens), "policy/busy_s": stats.busy_s}
+        if self.prefixes is not None:
+            out["policy/prefix_hits"] = float(self.prefixes.hits)
+            out["policy/prefix_reused_tokens"] = float(self.prefixes.reused_tokens)
+            self.prefixes.hits = self.prefixes.reused_tokens = 0
+        return out
+
+    def weights_changed(self) -> None:
+        """Call after every optimiser step: stored KV prefixes belong to the old weights."""
+        if self.prefixes is not None:
+            self.prefixes.clear()
+
+    async def close(self) -> None:
+        """Stop the engine thread; requests still waiting are cancelled."""
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+            thread, self._thread = self._thread, None
+            pending = list(self._pending)
+            self._pending.clear()
+        if thread is not None:
+            await asyncio.to_thread(thread.join)
+        for request in pending:
+            request.future.cancel()

@@ -1,0 +1,281 @@
+"""The local GRPO trainer: one optimiser step per rollout, the same objective as the slime path.
+
+Owns `GRPOTrainer` (micro-batching, gradient accumulation, clipping, AdamW, HF checkpoints with
+optimiser state and resume), `TokenBatch` (the loss-mask tokens of a micro-batch, flattened) and
+`token_log_probs` (the log-probs the trainer — and the policy-consistency test — compute for
+given tokens). The per-token math is `evolving_rl.losses.per_token_policy_loss` (PPO-clip with
+asymmetric ε, low-variance KL to the frozen reference, entropy term); this module only gathers
+its inputs and reduces it.
+
+- Old log-probs are the sampled ones stored in each `TrainSample`; they are raw-model
+  log-probs at temperature 1 (see `evolving_rl.local.policy`), the same quantity recomputed here.
+- Advantages already carry the GRPO normalisation and role weights (pipeline); KL and entropy
+  coefficients are looked up per sample from its role (`cfg.loss.kl_coef` / `entropy_coef`).
+- The reduction is a token-level mean over every loss-mask token of the whole rollout: each
+  micro-batch adds `sum(loss_t) / total_tokens` to the gradient, so accumulation over micro-batches
+  gives exactly the full-batch mean whatever the micro-batch size.
+- Logits are computed only at loss-mask positions (output embeddings applied to the selected
+  final hidden states), which keeps memory linear in the trained tokens rather than in sequence
+  length × vocabulary. This assumes logits = output_embeddings(last hidden state), true for the
+  Llama / Qwen / Mistral families; models with logit soft-capping or scaling are refused.
+- Samples that are not trainable (status) or have no loss-mask token are skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from evolving_rl.config.schema import LocalConfig, LossConfig
+from evolving_rl.losses import per_token_policy_loss
+from evolving_rl.pipeline.types import Role, TrainSample
+
+logger = logging.getLogger(__name__)
+
+STATE_FILE = "trainer_state.pt"
+ROLES = (Role.SOLVER, Role.EXTRACTOR)
+TERMS = ("pg", "kl", "entropy", "clipped", "ratio")
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (the trainer itself draws no random numbers)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+@dataclass
+class TokenBatch:
+    """A right-padded micro-batch and its loss-mask tokens, flattened to 1-D per-token tensors."""
+
+    input_ids: torch.Tensor  # [rows, length]
+    attention_mask: torch.Tensor  # [rows, length]
+    rows: torch.Tensor  # [tokens] row of each trained token
+    cols: torch.Tensor  # [tokens] position of each trained token in its row
+    targets: torch.Tensor  # [tokens] the token id
+    old_log_probs: torch.Tensor
+    advantages: torch.Tensor
+    kl_coef: torch.Tensor
+    entropy_coef: torch.Tensor
+    role_index: torch.Tensor  # [tokens] index into ROLES
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.targets.numel())
+
+    @property
+    def n_sequence_tokens(self) -> int:
+        return int(self.attention_mask.sum())
+
+
+def is_trainable(sample: TrainSample) -> bool:
+    return sample.status.trainable and any(sample.loss_mask) and bool(sample.prompt_ids)
+
+
+def build_token_batch(samples: Sequence[TrainSample], loss: LossConfig, pad_id: int,
+                      device: torch.device | str) -> TokenBatch:
+    """Pad `samples` on the right and list their loss-mask tokens with per-token coefficients."""
+    width = max(len(s.prompt_ids) + len(s.response_ids) for s in samples)
+    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(samples), width), dtype=torch.long)
+    per_token: dict[str, list[float]] = {k: [] for k in ("rows", "cols", "targets", "old", "adv",
+                                                         "kl", "ent", "role")}
+    for row, sample in enumerate(samples):
+        tokens = sample.prompt_ids + sample.response_ids
+        ids[row, :len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+        mask[row, :len(tokens)] = 1
+        role = Role(sample.role)
+        start = len(sample.prompt_ids)
+        for j, (token, flag, log_prob) in enumerate(
+                zip(sample.response_ids, sample.loss_mask, sample.log_probs, strict=True)):
+            if not flag:
+                continue
+            for key, value in (("rows", row), ("cols", start + j), ("targets", token),
+                               ("old", log_prob), ("adv", sample.advantage),
+                               ("kl", getattr(loss.kl_coef, role.value)),
+                               ("ent", getattr(loss.entropy_coef, role.value)),
+                               ("role", ROLES.index(role))):
+                per_token[key].append(value)
+
+    def tensor(key: str, dtype: torch.dtype) -> torch.Tensor:
+        return torch.tensor(per_token[key], dtype=dtype, device=device)
+
+    return TokenBatch(
+        input_ids=ids.to(device), attention_mask=mask.to(device), rows=tensor("rows", torch.long),
+        cols=tensor("cols", torch.long), targets=tensor("targets", torch.long),
+        old_log_probs=tensor("old", torch.float32), advantages=tensor("adv", torch.float32),
+        kl_coef=tensor("kl", torch.float32), entropy_coef=tensor("ent", torch.float32),
+        role_index=tensor("role", torch.long))
+
+
+def check_logits_are_projection(model: torch.nn.Module) -> None:
+    """Refuse models whose logits are not just the output embeddings of the last hidden state."""
+    config = model.config
+    for name in ("final_logit_softcapping", "logit_scale", "logits_scaling"):
+        value = getattr(config, name, None)
+        if value not in (None, 1.0):
+            raise NotImplementedError(f"the local trainer does not support {name}={value}")
+
+
+def token_log_probs(model: torch.nn.Module, batch: TokenBatch,
+                    with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Raw-model log-probs (temperature 1) of the batch's trained tokens, and their entropy."""
+    hidden = model.base_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                              use_cache=False).last_hidden_state
+    logits = model.get_output_embeddings()(hidden[batch.rows, batch.cols - 1]).float()
+    log_probs = torch.log_softmax(logits, dim=-1)
+    chosen = log_probs.gather(1, batch.targets[:, None])[:, 0]
+    entropy = -(log_probs.exp() * log_probs).sum(-1) if with_entropy else None
+    return chosen, entropy
+
+
+def enable_checkpointing(model: torch.nn.Module) -> None:
+    """Non-reentrant activation checkpointing (transformers 5.x name, else the 4.x one)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+@dataclass
+class StepMetrics:
+    """One optimiser step: means over trained tokens, per-role token counts and KL, throughput."""
+
+    step: int
+    n_samples: int
+    n_tokens: int
+    n_sequence_tokens: int
+    loss: float = 0.0
+    pg: float = 0.0
+    kl: float = 0.0
+    entropy: float = 0.0
+    clipped: float = 0.0
+    ratio: float = 0.0
+    grad_norm: float = 0.0
+    duration_s: float = 0.0
+    tokens_per_s: float = 0.0
+    role_tokens: dict[str, int] = field(default_factory=dict)
+    role_kl: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+class GRPOTrainer:
+    """Optimises `model` in place on the samples of one rollout per `step` call."""
+
+    def __init__(self, model: torch.nn.Module, ref_model: torch.nn.Module | None,
+                 loss: LossConfig, local: LocalConfig, pad_id: int) -> None:
+        check_logits_are_projection(model)
+        self.model, self.ref_model = model, ref_model
+        self.loss_cfg, self.local_cfg = loss, local
+        self.pad_id = pad_id
+        self.device = next(model.parameters()).device
+        self.step_count = 0
+        self.uses_kl = any(c > 0 for c in (loss.kl_coef.solver, loss.kl_coef.extractor))
+        if self.uses_kl and ref_model is None:
+            raise ValueError("a KL coefficient is non-zero but no reference model was given")
+        self.uses_entropy = any(c != 0 for c in (loss.entropy_coef.solver,
+                                                 loss.entropy_coef.extractor))
+        self.optimizer = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad], lr=loss.lr,
+            betas=(loss.adam_beta1, loss.adam_beta2), weight_decay=loss.weight_decay)
+        if local.gradient_checkpointing:
+            enable_checkpointing(model)
+
+    def _micro_batches(self, samples: Sequence[TrainSample]) -> list[TokenBatch]:
+        usable = sorted((s for s in samples if is_trainable(s)),
+                        key=lambda s: len(s.prompt_ids) + len(s.response_ids))
+        size = self.local_cfg.micro_batch_size
+        return [build_token_batch(usable[i:i + size], self.loss_cfg, self.pad_id, self.device)
+                for i in range(0, len(usable), size)]
+
+    def _accumulate(self, batches: Sequence[TokenBatch], backward: bool) -> dict[str, float]:
+        """Sum of every per-token term over all batches (and gradients of the mean loss)."""
+        total = sum(b.n_tokens for b in batches)
+        sums = {name: 0.0 for name in ("loss", *TERMS)}
+        role_sums = {role.value: [0.0, 0] for role in ROLES}  # [kl sum, tokens]
+        for batch in batches:
+            ref = None
+            if self.uses_kl:
+                with torch.no_grad():
+                    ref, _ = token_log_probs(self.ref_model, batch)
+            with torch.set_grad_enabled(backward):
+                log_probs, entropy = token_log_probs(self.model, batch, with_entropy=True)
+                if not self.uses_entropy:
+                    entropy = entropy.detach()
+                terms = per_token_policy_loss(
+                    log_probs=log_probs, old_log_probs=batch.old_log_probs,
+                    advantages=batch.advantages, eps_low=self.loss_cfg.clip_eps_low,
+                    eps_high=self.loss_cfg.clip_eps_high, ref_log_probs=ref,
+                    kl_coef=batch.kl_coef, entropy=entropy, entropy_coef=batch.entropy_coef)
+                if backward:
+                    (terms.loss.sum() / total).backward()
+            for name in sums:
+                sums[name] += float(getattr(terms, name).detach().sum())
+            for index, role in enumerate(ROLES):
+                selected = batch.role_index == index
+                role_sums[role.value][0] += float(terms.kl.detach()[selected].sum())
+                role_sums[role.value][1] += int(selected.sum())
+        means = {name: value / max(total, 1) for name, value in sums.items()}
+        means.update({f"kl/{role}": kl / max(n, 1) for role, (kl, n) in role_sums.items()})
+        means.update({f"tokens/{role}": n for role, (_, n) in role_sums.items()})
+        return means
+
+    def evaluate_loss(self, samples: Sequence[TrainSample]) -> dict[str, float]:
+        """The objective on `samples` at the current weights, without a gradient or a step."""
+        self.model.eval()
+        return self._accumulate(self._micro_batches(samples), backward=False)
+
+    def step(self, samples: Sequence[TrainSample]) -> StepMetrics:
+        """One optimiser step on the token-level mean objective of `samples`."""
+        started = time.perf_counter()
+        batches = self._micro_batches(samples)
+        self.step_count += 1
+        metrics = StepMetrics(step=self.step_count,
+                              n_samples=sum(len(b.input_ids) for b in batches),
+                              n_tokens=sum(b.n_tokens for b in batches),
+                              n_sequence_tokens=sum(b.n_sequence_tokens for b in batches))
+        if not batches:
+            logger.warning("step %d: no trainable sample, no update", self.step_count)
+            return metrics
+        self.model.train()
+        means = self._accumulate(batches, backward=True)
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            [p for p in self.model.parameters() if p.requires_grad], self.loss_cfg.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.model.eval()
+        for name in ("loss", *TERMS):
+            setattr(metrics, name, means[name])
+        metrics.grad_norm = float(grad_norm)
+        metrics.role_kl = {role.value: means[f"kl/{role.value}"] for role in ROLES}
+        metrics.role_tokens = {role.value: int(means[f"tokens/{role.value}"]) for role in ROLES}
+        metrics.duration_s = time.perf_counter() - started
+        metrics.tokens_per_s = metrics.n_sequence_tokens / max(metrics.duration_s, 1e-9)
+        return metrics
+
+    def save(self, directory: str | Path, tokenizer: object | None = None) -> Path:
+        """An HF checkpoint of the policy (+ tokenizer) with the optimiser state for resuming."""
+        directory = Path(directory)
+        self.model.save_pretrained(directory)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(directory)
+        torch.save({"optimizer": self.optimizer.state_dict(), "step": self.step_count},
+                   directory / STATE_FILE)
+        return directory
+
+    def load_state(self, directory: str | Path) -> None:
+        """Restore the optimiser state and step count saved by `save` in `directory`."""
+        state = torch.load(Path(directory) / STATE_FILE, map_location=self.device,
+                           weights_only=True)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step_count = int(state["step"])

@@ -1,0 +1,50 @@
+"""Helpers of the local-backend tests: a tiny random Llama, a character tokenizer, samples.
+
+Most tests use a randomly initialised 2-layer Llama (vocabulary of 64) so that they run in
+seconds on a busy 2-core machine; only a few load the real SmolLM2.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from evolving_rl.pipeline.types import Role, TrainSample
+
+VOCAB = 64
+EOS_ID = 1
+PAD_ID = 0
+
+
+class CharTokenizer:
+    """Token id i decodes to one printable character; ids 0 and 1 are pad and eos."""
+
+    pad_token_id = PAD_ID
+    eos_token_id = EOS_ID
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        return "".join("" if i in (PAD_ID, EOS_ID) else chr(ord("!") + i) for i in ids)
+
+
+def tiny_llama(seed: int = 0, vocab: int = VOCAB) -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=256, pad_token_id=PAD_ID, eos_token_id=EOS_ID,
+                         bos_token_id=2, tie_word_embeddings=True)
+    model = LlamaForCausalLM(config)
+    model.generation_config.eos_token_id = EOS_ID
+    return model.eval()
+
+
+def make_sample(role: Role, prompt_len: int, response_len: int, advantage: float,
+                seed: int, masked_every: int = 0) -> TrainSample:
+    """A sample with random tokens; every `masked_every`-th response token has mask 0."""
+    gen = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(2, VOCAB, (prompt_len,), generator=gen).tolist()
+    response = torch.randint(2, VOCAB, (response_len,), generator=gen).tolist()
+    mask = [0 if masked_every and j % masked_every == 0 else 1 for j in range(response_len)]
+    log_probs = [(-4.0 - 0.1 * (j % 3)) if m else 0.0 for j, m in enumerate(mask)]
+    return TrainSample(role=role, prompt_ids=prompt, response_ids=response, loss_mask=mask,
+                       log_probs=log_probs, reward=1.0, group_id=f"g{seed}", advantage=advantage)

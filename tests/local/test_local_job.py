@@ -1,0 +1,83 @@
+"""The main job's pieces (metrics log, plot, eval selection, effective config) and, slow-marked,
+the whole job on a shortened config in a fresh data folder (generation included)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from env.launch import free_port
+from evolving_rl.config import load_config, parse_config
+from evolving_rl.local.job import eval_rows, write_effective_config
+from evolving_rl.local.metrics import MetricsLog, group_variance
+from evolving_rl.local.plots import plot_run
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_metrics_log_round_trip(tmp_path):
+    log = MetricsLog.in_run_dir(tmp_path / "run")
+    log.write("eval", 0, {"phase": "before", "eval/all/with_skill_success_mean": 0.5})
+    log.write("train", 1, {"solver/reward_mean": math.nan, "groups/count": 4.0,
+                           "groups/zero_variance": 1.0})
+    records = log.read()
+    assert [r["kind"] for r in records] == ["eval", "train"]
+    assert records[1]["solver/reward_mean"] is None and log.read("train")[0]["step"] == 1
+    assert group_variance(records[1]) == {"groups": 4.0, "varied_groups": 3.0,
+                                          "varied_fraction": 0.75}
+
+
+def test_plot_is_written(tmp_path):
+    records = [{"kind": "eval", "step": 0, "phase": "before",
+                "eval/all/without_skill_success_mean": 0.2},
+               {"kind": "train", "step": 1, "solver/reward_mean": 0.1,
+                "extractor/reward_mean": -0.1, "source/success_rate": 0.0},
+               {"kind": "train", "step": 2, "solver/reward_mean": 0.3},
+               {"kind": "eval", "step": 2, "phase": "after",
+                "eval/all/with_skill_success_mean": 0.4,
+                "eval/all/with_skill_success_std": 0.1}]
+    path = plot_run(records, tmp_path / "plot.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_eval_rows_round_robin_over_task_types(tmp_path):
+    rows = [{"id": f"{t}{i}", "question": "q", "metadata": {"task_type": t, "game": "g"}}
+            for t in ("b", "a") for i in range(3)]
+    (tmp_path / "valid_unseen.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    cfg = parse_config({"alfworld": {"prepared_dir": str(tmp_path)},
+                        "local": {"n_eval_games": 3}})
+    assert [r["id"] for r in eval_rows(cfg)] == ["a0", "b0", "a1"]
+
+
+def test_effective_config_round_trips(tmp_path):
+    cfg = load_config(ROOT / "configs" / "local_cpu.yaml", ["local.train_steps=1"])
+    assert load_config(write_effective_config(cfg, tmp_path)) == cfg
+
+
+@pytest.mark.slow
+def test_main_job_on_a_fresh_data_folder(tmp_path):
+    """The README's main-job command, shortened: 1 game per type, 1 step, 1 eval game."""
+    port = free_port()
+    overrides = {
+        "alfworld.data_root": tmp_path / "data", "alfworld.prepared_dir": tmp_path / "prepared",
+        "alfworld.router_port": port, "alfworld.worker_base_port": free_port(),
+        "alfworld.log_dir": tmp_path / "logs", "retrieval.port": free_port(),
+        "retrieval.cache_path": tmp_path / "cache.npz", "retrieval.log_dir": tmp_path / "logs",
+        "run.output_dir": tmp_path / "run", "local.games_per_type": 1, "local.train_steps": 1,
+        "local.n_eval_games": 1, "pipeline.max_steps": 2, "pipeline.source_tasks_per_rollout": 1}
+    sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={value}")]
+    proc = subprocess.run([sys.executable, "-m", "evolving_rl.local", "--config",
+                           "configs/local_cpu.yaml", *sets], cwd=ROOT, capture_output=True,
+                          text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = tmp_path / "run"
+    kinds = [json.loads(line)["kind"] for line in (run / "metrics.jsonl").open()]
+    assert kinds == ["eval", "train", "eval"]
+    assert (run / "rewards.png").is_file() and (run / "summary.txt").is_file()
+    assert (run / "checkpoints" / "step_0001" / "config.json").is_file()

@@ -1,0 +1,172 @@
+"""The in-process policy: batched = single-call results, merging of concurrent calls, per-row
+stops, and log-probs that equal what the trainer recomputes for the same tokens."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+from local_helpers import EOS_ID, PAD_ID, tiny_llama
+
+from evolving_rl.clients.policy import FinishReason, SamplingParams
+from evolving_rl.config.schema import LossConfig
+from evolving_rl.local.decoder import sample_tokens
+from evolving_rl.local.kv_cache import PrefixCache
+from evolving_rl.local.policy import LocalPolicy
+from evolving_rl.local.trainer import build_token_batch, token_log_probs
+from evolving_rl.pipeline.types import Role, TrainSample
+
+GREEDY = SamplingParams(temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=12)
+SAMPLED = SamplingParams(temperature=1.0, top_p=1.0, top_k=-1, max_new_tokens=12)
+PROMPTS = [[5, 6, 7], [9, 10, 11, 12, 13, 14, 15], [20], [30, 31, 32, 33, 34]]
+
+
+def _policy(tokenizer, **kwargs) -> LocalPolicy:
+    return LocalPolicy(tiny_llama(), tokenizer, **kwargs)
+
+
+async def _concurrent(policy: LocalPolicy, prompts, sampling):
+    try:
+        return await asyncio.gather(*(policy.generate(p, sampling) for p in prompts))
+    finally:
+        await policy.close()
+
+
+def test_batched_greedy_equals_single_calls(tokenizer):
+    single = _policy(tokenizer)
+    expected = [single.generate_batch([p], [GREEDY])[0] for p in PROMPTS]
+    policy = _policy(tokenizer, max_batch=8, window_s=0.05)
+    got = asyncio.run(_concurrent(policy, PROMPTS, GREEDY))
+    assert policy.stats.admissions == 1 and policy.stats.requests == len(PROMPTS)
+    assert policy.stats.step_rows == len(PROMPTS) * policy.stats.steps  # all decoded together
+    for g, e in zip(got, expected, strict=True):
+        assert g.token_ids == e.token_ids and g.finish_reason == e.finish_reason
+        assert g.log_probs == pytest.approx(e.log_probs, abs=1e-5)
+
+
+def test_concurrent_calls_beyond_max_batch_are_split(tokenizer):
+    policy = _policy(tokenizer, max_batch=3, window_s=0.05)
+    prompts = PROMPTS + PROMPTS[:3]
+    got = asyncio.run(_concurrent(policy, prompts, GREEDY))
+    assert len(got) == 7 and policy.stats.requests == 7 and policy.stats.admissions >= 3
+    assert policy.stats.step_rows <= 3 * policy.stats.steps
+    assert got[0].token_ids == got[4].token_ids
+
+
+async def _late_join(policy: LocalPolicy):
+    try:
+        first = asyncio.ensure_future(policy.generate(PROMPTS[1], GREEDY))
+        while policy.stats.steps < 2:  # the first request is decoding
+            await asyncio.sleep(0.001)
+        second = await policy.generate(PROMPTS[2], GREEDY)
+        return await first, second
+    finally:
+        await policy.close()
+
+
+def test_a_late_request_joins_the_running_batch(tokenizer):
+    expected = [_policy(tokenizer).generate_batch([p], [GREEDY])[0] for p in PROMPTS[1:3]]
+    policy = _policy(tokenizer, window_s=0.0)
+    got = asyncio.run(_late_join(policy))
+    assert policy.stats.admissions == 2 and policy.stats.step_rows > policy.stats.steps
+    for g, e in zip(got, expected, strict=True):
+        assert g.token_ids == e.token_ids
+        assert g.log_probs == pytest.approx(e.log_probs, abs=1e-5)
+
+
+def test_rows_stop_on_their_own(tokenizer):
+    policy = _policy(tokenizer)
+    free = policy.generate_batch([PROMPTS[0]], [GREEDY])[0]
+    stop_text = tokenizer.decode(free.token_ids[:3])
+    short = SamplingParams(0.0, 1.0, -1, max_new_tokens=2)
+    stopping = SamplingParams(0.0, 1.0, -1, max_new_tokens=12, stop=(stop_text,))
+    a, b, c = policy.generate_batch([PROMPTS[0]] * 3, [short, stopping, GREEDY])
+    assert a.token_ids == free.token_ids[:2] and a.finish_reason is FinishReason.LENGTH
+    assert b.token_ids == free.token_ids[:3] and b.finish_reason is FinishReason.STOP
+    assert c.token_ids == free.token_ids
+
+
+def test_eos_ends_a_row_and_is_kept(tokenizer):
+    free = _policy(tokenizer).generate_batch([PROMPTS[1]], [GREEDY])[0]
+    eos = free.token_ids[2]
+    tokenizer.eos_token_id = eos  # the model's own eos (generation_config) stays an eos too
+    generation = _policy(tokenizer).generate_batch([PROMPTS[1]], [GREEDY])[0]
+    first = free.token_ids.index(eos)
+    assert generation.token_ids == free.token_ids[:first + 1]
+    assert generation.finish_reason is FinishReason.STOP and EOS_ID not in generation.token_ids
+
+
+def test_top_k_one_is_greedy():
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0))
+    top1 = SamplingParams(temperature=1.0, top_p=1.0, top_k=1, max_new_tokens=1)
+    tight = SamplingParams(temperature=0.7, top_p=1e-6, top_k=-1, max_new_tokens=1)
+    tokens = sample_tokens(logits, [top1, tight, GREEDY], torch.Generator().manual_seed(1))
+    assert tokens.tolist() == logits.argmax(-1).tolist()
+
+
+def test_zero_new_tokens_is_an_empty_generation(tokenizer):
+    policy = _policy(tokenizer)
+    capped = GREEDY.capped(0)
+    generation = asyncio.run(policy.generate(PROMPTS[0], capped))
+    assert generation.token_ids == () and policy.stats.admissions == 0
+
+
+def test_sampled_log_probs_match_the_trainer(tokenizer):
+    """The old log-probs the trainer reads are the ones it would recompute itself."""
+    policy = _policy(tokenizer, seed=5)
+    hot = SamplingParams(temperature=1.3, top_p=0.9, top_k=20, max_new_tokens=10)
+    generations = policy.generate_batch(PROMPTS, [SAMPLED, hot, SAMPLED, hot])
+    samples = [TrainSample(role=Role.SOLVER, prompt_ids=p, response_ids=list(g.token_ids),
+                           loss_mask=[1] * len(g.token_ids), log_probs=list(g.log_probs),
+                           reward=0.0, group_id="g")
+               for p, g in zip(PROMPTS, generations, strict=True)]
+    batch = build_token_batch(samples, LossConfig(), PAD_ID, "cpu")
+    with torch.no_grad():
+        recomputed, _ = token_log_probs(policy.model, batch)
+    torch.testing.assert_close(recomputed, batch.old_log_probs, atol=1e-5, rtol=1e-5)
+
+
+def _continue(prompt, generation, observation):
+    return list(prompt) + list(generation.token_ids) + observation
+
+
+def test_prefix_reuse_gives_the_same_generations(tokenizer):
+    """Turn 2 of several episodes reuses turn 1's KV; results equal a policy without reuse."""
+    starts = [list(range(2, 22)), list(range(30, 55)), list(range(40, 58))]
+    observations = [[3, 4, 5], [7, 8, 9, 10, 11, 12], [13]]
+    reusing = _policy(tokenizer, prefix_entries=8)
+    plain = _policy(tokenizer)
+    first = reusing.generate_batch(starts[:2], [GREEDY, GREEDY])
+    second = [_continue(p, g, o) for p, g, o in zip(starts, first, observations, strict=False)]
+    second.append(starts[2])  # a row with nothing to reuse, in the same batch
+    got = reusing.generate_batch(second, [GREEDY] * 3)
+    expected = [plain.generate_batch([p], [GREEDY])[0] for p in second]
+    assert reusing.prefixes.hits == 2 and plain.prefixes is None
+    for g, e in zip(got, expected, strict=True):
+        assert g.token_ids == e.token_ids
+        assert g.log_probs == pytest.approx(e.log_probs, abs=1e-5)
+
+
+def test_prefix_cache_keeps_the_longest_and_evicts_oldest():
+    cache = PrefixCache(capacity=2, min_tokens=2)
+    kv = [(torch.zeros(1, 9, 2), torch.zeros(1, 9, 2))]
+    cache.store([1, 2, 3, 4], [(k[:, :4], v[:, :4]) for k, v in kv])
+    cache.store([1, 2, 3, 4, 5, 6], [(k[:, :6], v[:, :6]) for k, v in kv])
+    assert len(cache) == 1  # the shorter entry was a prefix: superseded
+    n, reused = cache.lookup([1, 2, 3, 4, 5, 9, 9])
+    assert n == 5 and reused[0][0].shape == (1, 5, 2)
+    assert cache.lookup([1, 2, 3, 4, 5, 6])[0] == 5  # at least one token left to encode
+    assert cache.lookup([7, 7, 7])[0] == 0
+    cache.store([8, 8, 8], [(k[:, :3], v[:, :3]) for k, v in kv])
+    cache.store([9, 9, 9], [(k[:, :3], v[:, :3]) for k, v in kv])
+    assert len(cache) == 2 and cache.lookup([1, 2, 3, 4, 0])[0] == 0  # oldest evicted
+
+
+def test_no_reuse_after_the_weights_changed(tokenizer):
+    policy = _policy(tokenizer, prefix_entries=8)
+    prompt = list(range(2, 22))
+    first = policy.generate_batch([prompt], [GREEDY])[0]
+    policy.weights_changed()
+    policy.generate_batch([_continue(prompt, first, [3])], [GREEDY])
+    assert policy.prefixes.hits == 0
