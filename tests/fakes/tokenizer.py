@@ -24,6 +24,9 @@ class ByteChatTokenizer:
     def encode(self, text: str) -> list[int]:
         return _bytes(text)
 
+    def encode_text(self, text: str) -> list[int]:
+        return _bytes(text)
+
     def _message(self, role: str, content: str) -> list[int]:
         return [IM_START, *_bytes(f"{role}\n{content}"), IM_END, *_bytes("\n")]
 

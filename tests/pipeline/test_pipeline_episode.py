@@ -138,3 +138,24 @@ def test_cancelled_episode_still_closes_its_env_episode(tmp_path):
 
     asyncio.run(main())
     assert ctx.env.closed == ["ep0"] and ctx.env.open == set()
+
+
+def test_reply_prefix_opens_every_turn_on_the_prompt_side(tmp_path):
+    replies = iter(["go to shelf 1</action>", "take mug 1 from desk 1</action>"])
+    cfg = small_config(solver_reply_prefix="<action>")
+    ctx = fake_context(tmp_path, cfg, policy=ScriptedPolicy(TOK, lambda _: next(replies)))
+    result = _play(ctx)
+    assert result.status is SampleStatus.COMPLETED and result.success
+    assert result.action_statuses == {"ok": 2}
+    trace = result.trace
+    prefix = TOK.encode("<action>")
+    assert trace.prompt_ids[-len(prefix):] == prefix
+    # The second turn's observation block ends with the prefix, masked and with log-prob 0.
+    last_reply = len(TOK.encode("take mug 1 from desk 1</action>"))
+    opened = slice(-last_reply - len(prefix), -last_reply)
+    assert trace.response_ids[opened] == prefix
+    assert trace.loss_mask[opened] == [0] * len(prefix)
+    assert trace.log_probs[opened] == [0.0] * len(prefix)
+    assert trace.loss_mask[-last_reply:] == [1] * last_reply
+    assert [turn.model_text for turn in trace.turns] == [
+        "<action>go to shelf 1</action>", "<action>take mug 1 from desk 1</action>"]

@@ -31,6 +31,10 @@ class ChatTokenizer(Protocol):
         it), add a user message with `user_text`, and open the next assistant turn."""
         ...
 
+    def encode_text(self, text: str) -> list[int]:
+        """Plain text (no template, no special tokens), e.g. a reply prefix."""
+        ...
+
     def decode(self, token_ids: Sequence[int]) -> str:
         """Text of generated ids for parsing (special tokens dropped); never re-encoded."""
         ...
@@ -65,13 +69,13 @@ class HFChatTokenizer:
         head, _, tail = full[len(closed):].partition(marker)
         return close, head, tail
 
-    def _encode_text(self, text: str) -> list[int]:
+    def encode_text(self, text: str) -> list[int]:
         return list(self._tok.encode(text, add_special_tokens=False))
 
     def encode_prompt(self, messages: Sequence[Message]) -> list[int]:
         text = self._tok.apply_chat_template(list(messages), tokenize=False,
                                              add_generation_prompt=True)
-        return self._encode_text(text)
+        return self.encode_text(text)
 
     def encode_followup(self, user_text: str, last_token_id: int | None) -> list[int]:
         close = self._close_text
@@ -79,7 +83,7 @@ class HFChatTokenizer:
         ended = last_token_id is not None and last_token_id == self._tok.eos_token_id
         if ended and eos and close.startswith(eos):
             close = close[len(eos):]
-        return self._encode_text(close + self._turn_head + user_text + self._turn_tail)
+        return self.encode_text(close + self._turn_head + user_text + self._turn_tail)
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self._tok.decode(list(token_ids), skip_special_tokens=True)

@@ -54,6 +54,11 @@ class PipelineConfig:
     solver_grouping: Literal["task", "step_index"] = "task"
     max_concurrent_episodes: int = bounded(64, ge=1)
     max_concurrent_extractions: int = bounded(32, ge=1)
+    # Text that opens every assistant turn before sampling (prompt side: mask 0, never trained),
+    # e.g. "<action>" for the solver or '{"name": "' for the extractor: structured-output
+    # scaffolding for small models. The parser sees prefix + sampled text.
+    solver_reply_prefix: str = ""
+    extractor_reply_prefix: str = ""
 
     def validate(self) -> None:
         if self.max_turn_tokens >= self.max_context_tokens:

@@ -2,7 +2,9 @@
 
 Owns `EpisodeResult` and `run_episode`. The prompt is the adapter's chat-templated solver
 messages; each later turn appends the observation block (tokenised once, mask 0, log-prob 0.0)
-and then the sampled ids with their log-probs (mask 1), never re-tokenised. `max_new_tokens` is
+and then the sampled ids with their log-probs (mask 1), never re-tokenised. A configured solver
+reply prefix opens each assistant turn on the prompt side (mask 0) and is prepended to the
+decoded reply before parsing. `max_new_tokens` is
 capped per turn by the per-turn cap and by the room left in the context. Every way an episode
 can end is a status, never an exception:
 
@@ -81,6 +83,12 @@ class _Episode:
         return EpisodeResult(self.task, self.trace, status, reason, score, self.actions, error)
 
 
+def _reply_prefix(ctx: PipelineContext) -> list[int]:
+    """Ids of the configured solver reply prefix (part of the prompt or observation block)."""
+    prefix = ctx.cfg.pipeline.solver_reply_prefix
+    return ctx.tokenizer.encode_text(prefix) if prefix else []
+
+
 async def _turn(ep: _Episode, observation: Observation, sampling: SamplingParams,
                 step: int, last_id: int | None) -> EpisodeResult | tuple[Observation, int]:
     """One observation block + reply + env step; an `EpisodeResult` when the episode ends."""
@@ -88,7 +96,7 @@ async def _turn(ep: _Episode, observation: Observation, sampling: SamplingParams
     max_context = ctx.cfg.pipeline.max_context_tokens
     if step > 0:
         block = ctx.tokenizer.encode_followup(
-            ctx.adapter.render_observation(step, observation), last_id)
+            ctx.adapter.render_observation(step, observation), last_id) + _reply_prefix(ctx)
         if trace.length + len(block) >= max_context:
             return ep.end(SampleStatus.TRUNCATED, "context_limit", 0.0)
         trace.add_observation(block)
@@ -105,7 +113,7 @@ async def _turn(ep: _Episode, observation: Observation, sampling: SamplingParams
     if not generation.token_ids:
         return ep.end(SampleStatus.EMPTY, "empty_generation", None)
     trace.add_generation(generation.token_ids, generation.log_probs)
-    text = ctx.tokenizer.decode(generation.token_ids)
+    text = ctx.cfg.pipeline.solver_reply_prefix + ctx.tokenizer.decode(generation.token_ids)
     choice = ctx.adapter.parse_action(text, observation)
     ep.actions[choice.status] += 1
     trace.turns.append(Turn(observation.text, text, choice.command, choice.status))
@@ -157,7 +165,7 @@ async def run_episode(ctx: PipelineContext, clock: IOClock, task: TaskSpec,
     else:
         messages = ctx.adapter.solver_messages(task, first, skill_card)
         ep = _Episode(ctx, clock, task, episode_id, EpisodeTrace(
-            ctx.tokenizer.encode_prompt(messages)))
+            ctx.tokenizer.encode_prompt(messages) + _reply_prefix(ctx)))
         try:
             result = await _play(ep, first, sampling)
         finally:

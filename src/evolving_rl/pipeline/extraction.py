@@ -78,7 +78,7 @@ async def _extract_one(ctx: PipelineContext, clock: IOClock, index: int, prompt_
         return Extraction(index, prompt_ids, SampleStatus.EMPTY, generation)
     status = (SampleStatus.TRUNCATED if generation.finish_reason is FinishReason.LENGTH
               else SampleStatus.COMPLETED)
-    text = ctx.tokenizer.decode(generation.token_ids)
+    text = ctx.cfg.pipeline.extractor_reply_prefix + ctx.tokenizer.decode(generation.token_ids)
     parse = parse_skill(text)
     audit = None
     if parse.ok and parse.skill is not None:
@@ -92,5 +92,8 @@ async def extract_skills(ctx: PipelineContext, clock: IOClock, task: TaskSpec,
     """`n_skills` extractions from one trajectory, in index order."""
     messages = ctx.adapter.extractor_messages(task, turns, success, skill_schema_text())
     prompt_ids = ctx.tokenizer.encode_prompt(messages)
+    prefix = ctx.cfg.pipeline.extractor_reply_prefix
+    if prefix:  # prompt side: the extractor sample trains only on what was sampled after it
+        prompt_ids = prompt_ids + ctx.tokenizer.encode_text(prefix)
     return list(await asyncio.gather(
         *(_extract_one(ctx, clock, n, prompt_ids, sampling) for n in range(n_skills))))
