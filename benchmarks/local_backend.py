@@ -126,7 +126,7 @@ def _sync(device) -> None:
         torch.cuda.synchronize()
 
 
-def bench_trainer(path, cfg, tokenizer, n: int, length: int) -> float:
+def bench_trainer(path, cfg, tokenizer, n: int, length: int, extra_steps: int = 0) -> float:
     device = cfg.local.device
     model = load_model(path, device, cfg.local.dtype)
     ref = load_model(path, device, cfg.local.dtype, trainable=False)
@@ -144,6 +144,12 @@ def bench_trainer(path, cfg, tokenizer, n: int, length: int) -> float:
     print(f"  bare forward+backward: {bare:.1f}s = {tokens / bare:.0f} tok/s; GRPO step: "
           f"{step:.1f}s = {tokens / step:.0f} tok/s (loss {metrics.loss:.4f}, kl {metrics.kl:.4f})")
     print(f"  GRPO step / bare throughput: {ratio:.2f}x (target >= {TARGET_TRAINER})")
+    for _ in range(extra_steps):
+        started = time.perf_counter()
+        metrics = trainer.step(samples)
+        _sync(device)
+        print(f"  extra GRPO step on the same batch: loss {metrics.loss:.4f}, kl {metrics.kl:.5f}, "
+              f"{tokens / (time.perf_counter() - started):.0f} tok/s")
     return ratio
 
 
@@ -157,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-samples", type=int, default=8)
     parser.add_argument("--train-length", type=int, default=256)
     parser.add_argument("--no-gradient-checkpointing", action="store_true")
+    parser.add_argument("--extra-train-steps", type=int, default=0,
+                        help="further GRPO steps on the same batch (a short training run)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     cfg = load_config(args.config)
@@ -172,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     policy_model = load_model(path, local.device, local.dtype, trainable=False)
     generation = bench_generation(policy_model, tokenizer, args.episodes, args.new_tokens)
     del policy_model
-    trainer = bench_trainer(path, cfg, tokenizer, args.train_samples, args.train_length)
+    trainer = bench_trainer(path, cfg, tokenizer, args.train_samples, args.train_length,
+                            args.extra_train_steps)
     rss = peak_rss_gb()
     print(f"peak RSS (policy + reference + trainer state): {rss:.2f} GB "
           f"(target < {TARGET_RSS_GB} GB)")
