@@ -13,11 +13,23 @@ import pytest
 
 from env.launch import free_port
 from evolving_rl.config import load_config, parse_config
-from evolving_rl.local.job import eval_rows, write_effective_config
+from evolving_rl.local.job import archive_previous_run, eval_rows, write_effective_config
 from evolving_rl.local.metrics import MetricsLog, group_variance
 from evolving_rl.local.plots import plot_run
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_fresh_run_archives_the_previous_logs(tmp_path):
+    run = tmp_path / "run"
+    MetricsLog.in_run_dir(run).write("eval", 0, {"phase": "before"})
+    (run / "skill_library.jsonl").write_text("{}\n")
+    archive_previous_run(run)
+    assert MetricsLog.in_run_dir(run).read() == []
+    assert not (run / "skill_library.jsonl").exists()
+    assert len(MetricsLog(run / "previous" / "metrics.jsonl").read()) == 1
+    archive_previous_run(run)  # nothing left to move: a no-op
+    assert (run / "previous" / "skill_library.jsonl").read_text() == "{}\n"
 
 
 def test_metrics_log_round_trip(tmp_path):

@@ -227,12 +227,29 @@ def write_effective_config(cfg: Config, run_dir: Path) -> Path:
     return path
 
 
+RUN_FILES = ("metrics.jsonl", "skill_library.jsonl", "summary.txt", "rewards.png")
+
+
+def archive_previous_run(run_dir: Path) -> None:
+    """Move an earlier run's logs into `<run>/previous/` so a fresh run does not append to them."""
+    present = [run_dir / name for name in RUN_FILES if (run_dir / name).exists()]
+    if not present:
+        return
+    archive = run_dir / "previous"
+    archive.mkdir(exist_ok=True)
+    for path in present:
+        path.replace(archive / path.name)
+    logger.info("moved the previous run's logs of %s to %s", run_dir, archive)
+
+
 def run_job(cfg: Config) -> JobResult:
     """Run every stage of the module docstring; returns what was measured."""
     if cfg.environment != "alfworld":
         raise NotImplementedError("the local main job prepares ALFWorld data only")
     result = JobResult(run_dir=Path(cfg.run.output_dir))
     result.run_dir.mkdir(parents=True, exist_ok=True)
+    if not cfg.local.resume_from:
+        archive_previous_run(result.run_dir)
     seed_everything(cfg.run.seed)
     torch.set_num_threads(cfg.local.torch_threads)
     log = MetricsLog.in_run_dir(result.run_dir)
