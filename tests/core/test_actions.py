@@ -129,7 +129,22 @@ def test_lenient_numbered(content, expected):
     assert result.action == expected
 
 
-@pytest.mark.parametrize("content", ["0", "6", "99999999999999999999", "3. fly away", "-1"])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("<action>1. look \n\nStep 1.\nObservation: you see", "look"),
+        ("<action>\n2\nI will go there", ADMISSIBLE[1]),
+        ("<action>look\nthen more", "look"),
+    ],
+)
+def test_lenient_first_line_after_an_unclosed_tag(text, expected):
+    result = alf(text, lenient=True)
+    assert result.ok and result.action == expected
+    assert not alf(text).ok  # strict mode still needs the whole content to match
+
+
+@pytest.mark.parametrize("content", ["0", "6", "99999999999999999999", "3. fly away", "-1",
+                                     "fly away\n2"])
 def test_lenient_bad_numbers(content):
     result = alf(f"<action>{content}</action>", lenient=True)
     assert result.status is ActionStatus.NOT_ADMISSIBLE

@@ -8,7 +8,9 @@ with no closing tag, what follows the last `<action>`, because generation stops 
 ALFWorld (`parse_alfworld_action`): the content must equal an admissible command after
 lower-casing, collapsing whitespace and stripping surrounding quotes and a final period. With
 `lenient=True` a number refers to the 1-based numbered list of admissible commands ("3", "3.",
-"3)"), and a numbered command ("3. go to desk 1") is matched on its text. A non-admissible
+"3)"), a numbered command ("3. go to desk 1") is matched on its text, and when the whole content
+does not match, its first non-empty line is tried the same way (small models keep writing after
+the action). A non-admissible
 action keeps the raw content in `action` so that it can be sent as-is (the game then answers
 "Nothing happens.").
 
@@ -128,6 +130,18 @@ def _numbered_command(content: str, admissible: Sequence[str], known: dict[str, 
     return admissible[number - 1] if 1 <= number <= len(admissible) else None
 
 
+def _lenient_command(content: str, admissible: Sequence[str], known: dict[str, str]) -> str | None:
+    """A number or numbered command, in the whole content or else on its first non-empty line
+    (small models keep writing after the action when the closing tag never comes)."""
+    command = _numbered_command(content, admissible, known)
+    lines = [line.strip() for line in content.splitlines() if line.strip()]
+    if command is None and len(lines) > 1:
+        first = lines[0]
+        command = known.get(_normalise_command(first))
+        command = command or _numbered_command(first, admissible, known)
+    return command
+
+
 def parse_alfworld_action(
     text: str, admissible: Sequence[str], *, lenient: bool = False
 ) -> ActionParse:
@@ -142,7 +156,7 @@ def parse_alfworld_action(
         known.setdefault(_normalise_command(command), command)
     command = known.get(_normalise_command(content))
     if command is None and lenient:
-        command = _numbered_command(content, admissible, known)
+        command = _lenient_command(content, admissible, known)
     if command is None:
         return ActionParse(False, content, ActionStatus.NOT_ADMISSIBLE)
     return ActionParse(True, command, ActionStatus.OK)
