@@ -30,6 +30,15 @@ class LaunchError(RuntimeError):
     """A server did not come up healthy in time, or exited while starting."""
 
 
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit in a server process, so its `finally` blocks clean up."""
+
+    def _raise_exit(signum: int, _frame: object) -> None:
+        raise SystemExit(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, _raise_exit)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port on `host` that was free a moment ago (for tests and ad-hoc runs)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

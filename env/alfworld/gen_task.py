@@ -28,14 +28,6 @@ from env.alfworld.gen_scene import (
     split_scenes,
 )
 
-TASK_TYPES = (
-    "pick_and_place_simple",
-    "look_at_obj_in_light",
-    "pick_clean_then_place_in_recep",
-    "pick_heat_then_place_in_recep",
-    "pick_cool_then_place_in_recep",
-    "pick_two_obj_and_place",
-)
 #: Object property and appliance each state-changing task needs.
 APPLIANCE = {
     "pick_clean_then_place_in_recep": ("Cleanable", "SinkBasin"),

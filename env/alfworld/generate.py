@@ -32,8 +32,9 @@ from pathlib import Path
 from tqdm import tqdm
 
 from env.alfworld.gen_pddl import GameFiles, game_files, load_logic
-from env.alfworld.gen_task import TASK_TYPES, RoomLimits, build_room, sample_task
+from env.alfworld.gen_task import RoomLimits, build_room, sample_task
 from env.alfworld.planner import plan_walkthrough, replay
+from env.alfworld.prepare import TASK_TYPES
 from evolving_rl.config import load_config
 
 logger = logging.getLogger(__name__)

@@ -16,7 +16,6 @@ import argparse
 import json
 import logging
 import os
-import signal
 import threading
 import time
 from pathlib import Path
@@ -37,7 +36,7 @@ from env.alfworld.wire import (
     read_json_object,
     unknown,
 )
-from env.launch import write_pid_file
+from env.launch import exit_on_sigterm, write_pid_file
 from evolving_rl.config import load_config
 from evolving_rl.config.schema import AlfworldConfig
 
@@ -150,10 +149,6 @@ def create_app(cfg: AlfworldConfig, pool: WorkerPool, upstream: Upstream) -> Fla
     return app
 
 
-def _raise_exit(signum: int, _frame: object) -> None:
-    raise SystemExit(f"signal {signum}")
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True)
@@ -161,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     cfg = load_config(args.config, args.set).alfworld
     logging.basicConfig(level=logging.INFO, format="%(asctime)s router %(levelname)s %(message)s")
-    signal.signal(signal.SIGTERM, _raise_exit)
+    exit_on_sigterm()
     write_pid_file(Path(cfg.log_dir) / "router.pid")
     http = urllib3.PoolManager(maxsize=cfg.threads_per_server * 2, block=False)
     pool = WorkerPool(cfg, worker_command(args.config, args.set, os.getpid()), http)

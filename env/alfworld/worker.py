@@ -33,7 +33,7 @@ from env.alfworld.wire import (
     install_error_handlers,
     read_json_object,
 )
-from env.launch import write_pid_file
+from env.launch import exit_on_sigterm, write_pid_file
 from evolving_rl.config import load_config
 from evolving_rl.config.schema import AlfworldConfig
 
@@ -125,10 +125,6 @@ def _housekeeping(table: EpisodeTable, ttl_s: float, parent_pid: int | None,
             return
 
 
-def _raise_exit(signum: int, _frame: object) -> None:
-    raise SystemExit(f"signal {signum}")
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True)
@@ -139,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = load_config(args.config, args.set).alfworld
     logging.basicConfig(level=logging.INFO,
                         format=f"%(asctime)s worker-{args.index} %(levelname)s %(message)s")
-    signal.signal(signal.SIGTERM, _raise_exit)
+    exit_on_sigterm()
     write_pid_file(Path(cfg.log_dir) / f"worker-{args.index}.pid")
     engine = Engine(cfg.translation_cache_games)
     table = EpisodeTable(args.index, cfg.capacity_per_worker, cfg.episode_ttl_s,

@@ -12,9 +12,9 @@ pytest.importorskip("alfworld")
 pytest.importorskip("fast_downward")
 
 from env.alfworld.gen_scene import split_scenes  # noqa: E402
-from env.alfworld.gen_task import TASK_TYPES  # noqa: E402
 from env.alfworld.generate import DATA_DIR, REPORT_FILE, SPLITS, generate_dataset  # noqa: E402
 from env.alfworld.planner import replay  # noqa: E402
+from env.alfworld.prepare import TASK_TYPES  # noqa: E402
 
 PER_SPLIT = {"train": 1, "valid_seen": 1, "valid_unseen": 1}
 SEED = 7
