@@ -32,7 +32,7 @@ import psutil
 import requests
 
 from env.alfworld import launch
-from env.launch import free_port
+from env.launch import free_port_block
 from evolving_rl.config import load_config
 
 logger = logging.getLogger("alfworld_env")
@@ -160,7 +160,8 @@ def worker_rss(url: str) -> list[int]:
 
 
 def start_servers(args, root: Path, run_dir: Path) -> tuple[str, list[str]]:
-    router, base = free_port(), free_port()
+    router = free_port_block(1 + args.workers)
+    base = router + 1
     overrides = [f"alfworld.data_root={root}", f"alfworld.router_port={router}",
                  f"alfworld.worker_base_port={base}", f"alfworld.n_workers={args.workers}",
                  f"alfworld.log_dir={run_dir / 'logs'}",

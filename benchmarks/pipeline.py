@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from env.launch import free_port
+from env.launch import free_port, free_port_block
 from env.retrieval.launcher import start_retrieval_server, stop_retrieval_server
 from evolving_rl.config import Config, load_config, to_dict
 from evolving_rl.pipeline.context import build_context
@@ -52,10 +52,11 @@ def bench_config(base: Path, folder: Path, max_steps: int) -> Path:
     # the profile's model, so that no reply is truncated.
     for role in ("solver", "extractor"):
         data["sampling"][role].update(max_new_tokens=4096, temperature=1.0)
-    port = free_port()
+    port = free_port_block(1 + data["alfworld"]["n_workers"])
     data["alfworld"].update(router_port=port, worker_base_port=port + 1,
                             log_dir=str(folder / "alfworld_logs"))
-    data["retrieval"].update(port=free_port(), cache_path=str(folder / "cache.npz"),
+    taken = range(port, port + 1 + data["alfworld"]["n_workers"])
+    data["retrieval"].update(port=free_port(exclude=taken), cache_path=str(folder / "cache.npz"),
                              log_dir=str(folder / "retrieval_logs"), device="cpu")
     data["run"]["output_dir"] = str(folder / "run")
     path = folder / "bench.yaml"

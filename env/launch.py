@@ -19,6 +19,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Collection
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -30,6 +31,9 @@ class LaunchError(RuntimeError):
     """A server did not come up healthy in time, or exited while starting."""
 
 
+_PORT_TRIES = 200
+
+
 def exit_on_sigterm() -> None:
     """Turn SIGTERM into SystemExit in a server process, so its `finally` blocks clean up."""
 
@@ -39,11 +43,37 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, _raise_exit)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on `host` that was free a moment ago (for tests and ad-hoc runs)."""
+def _bindable(port: int, host: str) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port(host: str = "127.0.0.1", exclude: Collection[int] = ()) -> int:
+    """A TCP port on `host` that was free a moment ago and is not in `exclude` (for tests and
+    ad-hoc runs)."""
+    for _ in range(_PORT_TRIES):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+        if port not in exclude:
+            return port
+    raise LaunchError(f"no free port on {host} outside {len(exclude)} excluded ones")
+
+
+def free_port_block(count: int, host: str = "127.0.0.1", exclude: Collection[int] = ()) -> int:
+    """First of `count` consecutive ports that were all free a moment ago and none in `exclude`
+    (a router and its workers at `worker_base_port + i`)."""
+    for _ in range(_PORT_TRIES):
+        base = free_port(host, exclude)
+        ports = range(base, base + count)
+        if ports[-1] <= 65535 and not any(p in exclude for p in ports) and all(
+                _bindable(p, host) for p in ports[1:]):
+            return base
+    raise LaunchError(f"no {count} consecutive free ports on {host}")
 
 
 def write_pid_file(path: str | Path) -> Path:

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import yaml
 
-from env.launch import free_port
+from env.launch import free_port, free_port_block
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def contract_config_file(folder: Path, data: Path) -> Path:
     """A small pipeline config over the games at `data`, on free loopback ports."""
-    port = free_port()
+    port = free_port_block(3)  # router + 2 workers
     values = {
         "environment": "alfworld",
         "pipeline": {"n_skills": 2, "top_k": 2, "n_repeats": 1, "max_steps": 4,
@@ -27,7 +27,8 @@ def contract_config_file(folder: Path, data: Path) -> Path:
                      "router_port": port, "worker_base_port": port + 1, "n_workers": 2,
                      "capacity_per_worker": 64, "log_dir": str(folder / "alfworld_logs")},
         "retrieval": {"model": "minilm", "cache_path": str(folder / "cache.npz"),
-                      "port": free_port(), "log_dir": str(folder / "retrieval_logs")},
+                      "port": free_port(exclude=range(port, port + 3)),
+                      "log_dir": str(folder / "retrieval_logs")},
         "run": {"output_dir": str(folder / "run")},
     }
     path = folder / "contract.yaml"

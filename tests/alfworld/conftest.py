@@ -21,7 +21,7 @@ pytest.importorskip("alfworld")
 pytest.importorskip("fast_downward")
 
 from env.alfworld import launch  # noqa: E402
-from env.launch import free_port  # noqa: E402
+from env.launch import free_port_block  # noqa: E402
 
 DATA_DIR = "json_2.1.1"
 
@@ -99,10 +99,8 @@ def launch_servers(tmp_path_factory, alfworld_root) -> Iterator[Callable[..., Se
 
     def _start(**settings) -> Servers:
         run = tmp_path_factory.mktemp("alfworld_servers")
-        router = free_port()
-        base = free_port()
-        while base + settings.get("n_workers", 2) > 65535 or router in range(base, base + 9):
-            base = free_port()
+        router = free_port_block(1 + settings.get("n_workers", 2))
+        base = router + 1
         values = {"data_root": str(alfworld_root), "router_port": router,
                   "worker_base_port": base, "log_dir": str(run / "logs"),
                   "health_interval_s": 0.3, "start_timeout_s": 60, **settings}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from env.launch import free_port
+from env.launch import free_port, free_port_block
 from evolving_rl.config import load_config, parse_config
 from evolving_rl.local.job import archive_previous_run, eval_rows, write_effective_config
 from evolving_rl.local.metrics import MetricsLog, group_variance
@@ -75,11 +75,12 @@ def test_effective_config_round_trips(tmp_path):
 @pytest.mark.slow
 def test_main_job_on_a_fresh_data_folder(tmp_path):
     """The README's main-job command, shortened: 1 game per type, 1 step, 1 eval game."""
-    port = free_port()
+    port = free_port_block(3)  # router + the CPU default's 2 workers
+    retrieval_port = free_port(exclude=range(port, port + 3))
     overrides = {
         "alfworld.data_root": tmp_path / "data", "alfworld.prepared_dir": tmp_path / "prepared",
-        "alfworld.router_port": port, "alfworld.worker_base_port": free_port(),
-        "alfworld.log_dir": tmp_path / "logs", "retrieval.port": free_port(),
+        "alfworld.router_port": port, "alfworld.worker_base_port": port + 1,
+        "alfworld.log_dir": tmp_path / "logs", "retrieval.port": retrieval_port,
         "retrieval.cache_path": tmp_path / "cache.npz", "retrieval.log_dir": tmp_path / "logs",
         "run.output_dir": tmp_path / "run", "local.games_per_type": 1, "local.train_steps": 1,
         "local.n_eval_games": 1, "pipeline.max_steps": 2, "pipeline.source_tasks_per_rollout": 1}

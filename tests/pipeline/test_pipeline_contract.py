@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from env.launch import free_port
+from env.launch import free_port, free_port_block
 from evolving_rl.clients.policy import SGLangPolicyClient
 from evolving_rl.config import load_config
 from evolving_rl.core.grid import extractor_group_id, solver_group_id
@@ -183,7 +183,10 @@ def test_context_overflow_statuses(real_servers, contract_config):
 
 def test_env_server_dying_mid_rollout_is_a_status_not_a_hang(real_servers, tmp_path):
     data = yaml.safe_load(Path(real_servers).read_text())
-    port = free_port()
+    a, n = data["alfworld"], data["alfworld"]["n_workers"]
+    taken = {*range(a["router_port"], a["router_port"] + 1), data["retrieval"]["port"],
+             *range(a["worker_base_port"], a["worker_base_port"] + n)}
+    port = free_port_block(1 + n, exclude=taken)
     data["alfworld"].update(router_port=port, worker_base_port=port + 1,
                             log_dir=str(tmp_path / "logs"))
     config = tmp_path / "dying.yaml"
