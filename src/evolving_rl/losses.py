@@ -11,8 +11,8 @@ Coefficients are per token so that one batch can mix roles (solver and extractor
 KL and entropy coefficients; a Python float broadcasts. A positive entropy coefficient rewards
 entropy (slime's sign convention: `loss = pg - entropy_coef * entropy`), so the reference
 extractor value -0.03 sharpens the extractor. Role weights are already folded into the
-advantages by the pipeline. `policy_loss` reduces with a token-level mean over the loss mask;
-the slime path reduces the per-token terms with slime's own reducer instead.
+advantages by the pipeline. Reduction is the caller's: the slime path uses slime's own reducer,
+the local trainer a token mean over the whole rollout's loss mask.
 """
 
 from __future__ import annotations
@@ -81,37 +81,6 @@ def per_token_policy_loss(
         entropy = zeros
     loss = pg + kl_coef * kl - entropy_coef * entropy
     return TokenLoss(loss=loss, pg=pg, kl=kl, entropy=entropy, clipped=clipped, ratio=ratio)
-
-
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of `values` over tokens where `mask` is set (0 when the mask is empty)."""
-    mask = mask.to(values.dtype)
-    return (values * mask).sum() / mask.sum().clamp_min(1.0)
-
-
-def policy_loss(
-    *,
-    log_probs: torch.Tensor,
-    old_log_probs: torch.Tensor,
-    advantages: torch.Tensor,
-    loss_mask: torch.Tensor,
-    eps_low: float,
-    eps_high: float,
-    ref_log_probs: torch.Tensor | None = None,
-    kl_coef: Coefficient = 0.0,
-    entropy: torch.Tensor | None = None,
-    entropy_coef: Coefficient = 0.0,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Token-level mean of the objective over the loss mask, with detached metrics."""
-    terms = per_token_policy_loss(
-        log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages,
-        eps_low=eps_low, eps_high=eps_high, ref_log_probs=ref_log_probs, kl_coef=kl_coef,
-        entropy=entropy, entropy_coef=entropy_coef)
-    loss = masked_mean(terms.loss, loss_mask)
-    metrics = {name: masked_mean(getattr(terms, name), loss_mask).detach()
-               for name in ("pg", "kl", "entropy", "clipped", "ratio")}
-    metrics["loss"] = loss.detach()
-    return loss, metrics
 
 
 def _require_zero(coef: Coefficient, name: str, needed: str) -> None:

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from evolving_rl.losses import KL_CLAMP, low_var_kl, per_token_policy_loss, policy_loss, ppo_clip
+from evolving_rl.losses import KL_CLAMP, low_var_kl, per_token_policy_loss, ppo_clip
 
 EPS_LOW, EPS_HIGH = 0.1, 0.15
 
@@ -53,30 +53,6 @@ def test_kl_and_entropy_terms_with_per_token_coefficients():
     assert terms.loss.tolist() == pytest.approx(
         [-1.0 + 0.01 * k3 - 0.0, -1.0 + 0.2 * k3 + 0.03 * 2.0], abs=1e-6)
     assert terms.kl.tolist() == pytest.approx([k3, k3], abs=1e-6)
-
-
-def test_policy_loss_is_token_mean_over_mask():
-    log_probs = _lp(-1.0, -1.0, -1.0, -1.0)
-    loss, metrics = policy_loss(
-        log_probs=log_probs, old_log_probs=log_probs, advantages=_lp(1.0, 2.0, 3.0, 100.0),
-        loss_mask=torch.tensor([1, 1, 1, 0]), eps_low=EPS_LOW, eps_high=EPS_HIGH,
-        entropy=_lp(1.0, 1.0, 1.0, 50.0), entropy_coef=0.5)
-    assert loss.item() == pytest.approx((-1 - 2 - 3) / 3 - 0.5, abs=1e-6)
-    assert metrics["entropy"].item() == pytest.approx(1.0)
-    assert metrics["clipped"].item() == 0.0
-
-
-def test_empty_mask_gives_zero_and_gradients_flow():
-    log_probs = _lp(-0.5, -0.7).requires_grad_()
-    loss, _ = policy_loss(log_probs=log_probs, old_log_probs=log_probs.detach(),
-                          advantages=_lp(1.0, -1.0), loss_mask=torch.tensor([1, 0]),
-                          eps_low=EPS_LOW, eps_high=EPS_HIGH)
-    loss.backward()
-    assert log_probs.grad.tolist() == pytest.approx([-1.0, 0.0])
-    empty, _ = policy_loss(log_probs=log_probs, old_log_probs=log_probs.detach(),
-                           advantages=_lp(1.0, 1.0), loss_mask=torch.tensor([0, 0]),
-                           eps_low=EPS_LOW, eps_high=EPS_HIGH)
-    assert empty.item() == 0.0
 
 
 def test_nonzero_coefficient_without_its_tensor_is_an_error():
