@@ -12,7 +12,7 @@ from local_helpers import EOS_ID, PAD_ID, tiny_llama
 from evolving_rl.clients.policy import FinishReason, SamplingParams
 from evolving_rl.config.schema import LossConfig
 from evolving_rl.local.decoder import sample_tokens
-from evolving_rl.local.kv_cache import PrefixCache
+from evolving_rl.local.kv_cache import PrefixCache, shared_prefixes
 from evolving_rl.local.policy import LocalPolicy
 from evolving_rl.local.trainer import build_token_batch, token_log_probs
 from evolving_rl.pipeline.types import Role, TrainSample
@@ -105,6 +105,18 @@ def test_top_k_one_is_greedy():
     assert tokens.tolist() == logits.argmax(-1).tolist()
 
 
+def test_sampling_follows_the_filtered_distribution():
+    """20k draws: frequencies within 0.015 of the probabilities; filtered-out tokens never."""
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, -30.0, 0.5]])
+    hot = SamplingParams(temperature=1.0, top_p=1.0, top_k=4, max_new_tokens=1)
+    expected = torch.softmax(torch.tensor([2.0, 1.0, 0.0, float("-inf"), float("-inf"), 0.5]), -1)
+    generator = torch.Generator().manual_seed(3)
+    draws = torch.stack([sample_tokens(logits, [hot], generator)[0] for _ in range(20_000)])
+    freq = torch.bincount(draws, minlength=6).float() / draws.numel()
+    assert freq[3] == 0 and freq[4] == 0
+    torch.testing.assert_close(freq, expected, atol=0.015, rtol=0)
+
+
 def test_zero_new_tokens_is_an_empty_generation(tokenizer):
     policy = _policy(tokenizer)
     capped = GREEDY.capped(0)
@@ -161,6 +173,29 @@ def test_prefix_cache_keeps_the_longest_and_evicts_oldest():
     cache.store([8, 8, 8], [(k[:, :3], v[:, :3]) for k, v in kv])
     cache.store([9, 9, 9], [(k[:, :3], v[:, :3]) for k, v in kv])
     assert len(cache) == 2 and cache.lookup([1, 2, 3, 4, 0])[0] == 0  # oldest evicted
+
+
+def test_shared_prefixes_are_the_longest_shared_with_another_prompt():
+    system = list(range(2, 22))
+    prompts = [system + [30, 31, 32], system + [30, 31, 40], system + [50], [60] * 25,
+               system[:5] + [70] * 20]
+    assert shared_prefixes(prompts, min_tokens=16) == [system + [30, 31]]  # covers system too
+    assert shared_prefixes(prompts[:1], min_tokens=16) == []
+    assert shared_prefixes([system, system], min_tokens=16) == [system[:-1]]  # never a whole one
+
+
+def test_an_admission_encodes_a_shared_prefix_once(tokenizer):
+    """Rows sharing a prompt prefix reuse one encoding of it; results equal single calls."""
+    system = list(range(2, 42))
+    prompts = [system + [50 + i] * (i + 1) for i in range(4)] + [list(range(10, 30))]
+    policy = _policy(tokenizer, prefix_entries=8)
+    got = policy.generate_batch(prompts, [GREEDY] * len(prompts))
+    expected = [_policy(tokenizer).generate_batch([p], [GREEDY])[0] for p in prompts]
+    assert policy.stats.shared_prefix_tokens == len(system)
+    assert policy.prefixes.hits == 4 and policy.prefixes.reused_tokens == 4 * len(system)
+    for g, e in zip(got, expected, strict=True):
+        assert g.token_ids == e.token_ids
+        assert g.log_probs == pytest.approx(e.log_probs, abs=1e-5)
 
 
 def test_no_reuse_after_the_weights_changed(tokenizer):

@@ -1,12 +1,13 @@
 """Prefix reuse of KV caches across generate calls (what SGLang's radix cache does, simply).
 
-Owns `PrefixCache` and `assemble_prefill`. A multi-turn episode sends, each turn, its whole
-context: the previous prompt + the sampled reply + the next observation block. Without reuse the
-in-process policy would re-encode the growing context every turn (quadratic in turns, and most
-of the CPU time). When a row of a batch finishes, the KV tensors of the tokens it has encoded
-(prompt + reply minus the last sampled token, never fed) are stored under those token ids; a
-later prompt reuses the longest stored common prefix (at least `min_tokens`) and only its suffix
-is encoded.
+Owns `PrefixCache`, `shared_prefixes` and `assemble_prefill`. A multi-turn episode sends, each
+turn, its whole context: the previous prompt + the sampled reply + the next observation block.
+Without reuse the in-process policy would re-encode the growing context every turn (quadratic in
+turns, and most of the CPU time). When a row of a batch finishes, the KV tensors of the tokens it
+has encoded (prompt + reply minus the last sampled token, never fed) are stored under those token
+ids; a later prompt reuses the longest stored common prefix (at least `min_tokens`) and only its
+suffix is encoded. Prompts admitted together that share a prefix (episodes with one system prompt
+and skill card) get it encoded once first (`shared_prefixes`).
 
 A batch mixes rows with different reused lengths: reused keys/values are left-padded to the
 longest reused length C, the suffixes are left-padded to the longest suffix S, and the attention
@@ -39,9 +40,7 @@ def full_attention_only(model: torch.nn.Module) -> bool:
 
 def cache_layers(cache: object) -> LayerKV:
     """(keys, values) [batch, heads, len, dim] of each layer of an HF dynamic cache."""
-    if hasattr(cache, "layers"):  # transformers >= 4.56
-        return [(layer.keys, layer.values) for layer in cache.layers]
-    return list(zip(cache.key_cache, cache.value_cache, strict=True))
+    return [(layer.keys, layer.values) for layer in cache.layers]
 
 
 @dataclass
@@ -68,16 +67,23 @@ class PrefixCache:
         """Drop every entry (stored KV is stale once the weights change)."""
         self._entries.clear()
 
-    def lookup(self, prompt: Sequence[int]) -> tuple[int, LayerKV | None]:
-        """(n, kv of the first n tokens) of the longest stored common prefix; n < len(prompt)."""
-        query = np.asarray(prompt, dtype=np.int64)
+    def _best(self, tokens: Sequence[int], limit: int) -> tuple[int | None, int]:
+        """(entry key, n) of the longest stored common prefix of `tokens`, n <= `limit`."""
+        query = np.asarray(tokens, dtype=np.int64)
         best_key, best_n = None, 0
         for key, entry in self._entries.items():
-            n = min(len(entry.ids), len(query) - 1)
-            differ = np.flatnonzero(entry.ids[:n] != query[:n])
-            common = int(differ[0]) if differ.size else n
+            common = _common_length(entry.ids, query, limit)
             if common > best_n:
                 best_key, best_n = key, common
+        return best_key, best_n
+
+    def stored_length(self, tokens: Sequence[int]) -> int:
+        """How many leading tokens of `tokens` have stored KV (no side effects)."""
+        return self._best(tokens, len(tokens))[1]
+
+    def lookup(self, prompt: Sequence[int]) -> tuple[int, LayerKV | None]:
+        """(n, kv of the first n tokens) of the longest stored common prefix; n < len(prompt)."""
+        best_key, best_n = self._best(prompt, len(prompt) - 1)
         if best_key is None or best_n < self.min_tokens:
             return 0, None
         self._entries.move_to_end(best_key)
@@ -97,6 +103,31 @@ class PrefixCache:
         self._next += 1
         while len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
+
+
+def _common_length(a: np.ndarray, b: np.ndarray, limit: int) -> int:
+    """Length of the common prefix of `a` and `b`, at most `limit`."""
+    n = min(len(a), len(b), limit)
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if differ.size else n
+
+
+def shared_prefixes(prompts: Sequence[Sequence[int]], min_tokens: int) -> list[list[int]]:
+    """The prefixes (>= `min_tokens`) that prompts of one batch share with another prompt of it.
+
+    Each prompt contributes its longest common prefix with any other prompt (never the whole of
+    either); a prefix that is itself a prefix of a longer one is left out, since a lookup reuses
+    any common prefix of a stored sequence. Encoding these once lets every row reuse them.
+    """
+    arrays = [np.asarray(p, dtype=np.int64) for p in prompts]
+    found: set[tuple[int, ...]] = set()
+    for i, a in enumerate(arrays):
+        best = max((_common_length(a, b, min(len(a), len(b)) - 1)
+                    for j, b in enumerate(arrays) if j != i), default=0)
+        if best >= min_tokens:
+            found.add(tuple(a[:best].tolist()))
+    return [list(p) for p in sorted(found) if not any(
+        len(other) > len(p) and other[:len(p)] == p for other in found)]
 
 
 @dataclass

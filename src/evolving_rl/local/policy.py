@@ -14,7 +14,8 @@ Returned ids are exactly the sampled ones; returned log-probs are the raw model'
 prefix stored by an earlier call is reused when a prompt extends it (multi-turn episodes then
 encode only their new observation block). The model is shared with the trainer: do not train
 while a rollout generates, and call `weights_changed` after every optimiser step so that no KV
-computed with the old weights is reused.
+computed with the old weights is reused. On CPU the model's linear layers decode with transposed
+weight copies (`evolving_rl.local.linear_layout`), rebuilt after each weight update.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import torch
 from evolving_rl.clients.policy import FinishReason, Generation, PolicyError, SamplingParams
 from evolving_rl.local.decoder import Decoder, DecodeStats
 from evolving_rl.local.kv_cache import PrefixCache, full_attention_only
+from evolving_rl.local.linear_layout import use_transposed_weights
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +77,8 @@ class LocalPolicy:
         self.model, self.tokenizer = model, tokenizer
         self.max_batch, self.window_s = max_batch, window_s
         device = next(model.parameters()).device
+        if device.type == "cpu":
+            use_transposed_weights(model)
         self.generator = torch.Generator(device=device).manual_seed(seed)
         reuse = prefix_entries > 0 and full_attention_only(model)
         self.prefixes = PrefixCache(prefix_entries) if reuse else None
@@ -146,7 +150,8 @@ class LocalPolicy:
 
     def _add_stats(self, decoder: Decoder) -> None:
         stats, decoder.stats = decoder.stats, DecodeStats()
-        for name in ("admissions", "requests", "steps", "step_rows", "tokens", "busy_s"):
+        for name in ("admissions", "requests", "steps", "step_rows", "tokens", "busy_s",
+                     "shared_prefix_tokens"):
             setattr(self.stats, name, getattr(self.stats, name) + getattr(stats, name))
 
     def generate_batch(self, prompts: Sequence[Sequence[int]],
@@ -167,7 +172,8 @@ class LocalPolicy:
         out = {"policy/admissions": float(stats.admissions),
                "policy/requests": float(stats.requests), "policy/decode_steps": float(stats.steps),
                "policy/rows_per_step": stats.step_rows / stats.steps if stats.steps else 0.0,
-               "policy/new_tokens": float(stats.tokens), "policy/busy_s": stats.busy_s}
+               "policy/new_tokens": float(stats.tokens), "policy/busy_s": stats.busy_s,
+               "policy/shared_prefix_tokens": float(stats.shared_prefix_tokens)}
         if self.prefixes is not None:
             out["policy/prefix_hits"] = float(self.prefixes.hits)
             out["policy/prefix_reused_tokens"] = float(self.prefixes.reused_tokens)
