@@ -124,6 +124,17 @@ def test_solver_reward():
     assert isinstance(solver_reward(True), float)
 
 
+def test_solver_reward_invalid_action_penalty():
+    assert solver_reward(False, 0.5) == 0.0  # no penalty configured: outcome only
+    assert solver_reward(True, 0.25, invalid_action_penalty=0.2) == pytest.approx(0.95)
+    assert solver_reward(False, 1.0, invalid_action_penalty=0.2) == pytest.approx(-0.2)
+    assert str(solver_reward(False, 0.0, invalid_action_penalty=0.2)) == "0.0"  # not -0.0
+    assert solver_reward(None, 1.0, invalid_action_penalty=0.2) is None
+    for fraction, penalty in ((-0.1, 0.2), (1.5, 0.2), (0.5, -1.0), (0.5, math.inf)):
+        with pytest.raises(ValueError):
+            solver_reward(False, fraction, invalid_action_penalty=penalty)
+
+
 def test_fraction_correct():
     assert fraction_correct(0, 4) == 0.0
     assert fraction_correct(3, 4) == 0.75

@@ -10,9 +10,8 @@ from evolving_rl.config import Config, parse_config
 from evolving_rl.core.audit import AuditConfig
 from evolving_rl.core.rewards import RewardConfig
 from evolving_rl.core.roles import RoleWeights
-from evolving_rl.domains.alfworld import AlfworldAdapter
 from evolving_rl.domains.base import TaskSpec
-from evolving_rl.pipeline.context import Limits, PipelineContext, TaskCatalog
+from evolving_rl.pipeline.context import Limits, PipelineContext, TaskCatalog, make_adapter
 from evolving_rl.pipeline.skill_library import SkillLibrary
 from tests.fakes.env import FakeEnvClient, FakeRetrievalClient
 from tests.fakes.scripted import ScriptedPolicy
@@ -34,7 +33,7 @@ def small_config(**pipeline: Any) -> Config:
 def fake_context(tmp_path: Path, cfg: Config | None = None, *, policy: Any = None,
                  env: Any = None, retrieval: Any = None, n_tasks: int = 6) -> PipelineContext:
     cfg = cfg or small_config()
-    adapter = AlfworldAdapter()
+    adapter = make_adapter(cfg, lenient=cfg.alfworld.action_format == "number")
     rows = toy_rows(n_tasks)
     tokenizer = ByteChatTokenizer()
     return PipelineContext(

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+
+import pytest
 
 from evolving_rl.clients.policy import PolicyError
+from evolving_rl.domains.alfworld import AlfworldAdapter, read_observation
 from evolving_rl.pipeline.episode import run_episode
 from evolving_rl.pipeline.timing import IOClock
 from evolving_rl.pipeline.types import SampleStatus
 from tests.fakes.context import fake_context, small_config, toy_task
-from tests.fakes.env import FakeEnvClient
+from tests.fakes.env import ACTIONS, INTRO, FakeEnvClient
 from tests.fakes.scripted import ScriptedPolicy, token_log_prob
 from tests.fakes.tokenizer import ByteChatTokenizer
 
@@ -47,9 +51,6 @@ def test_multi_turn_sample_matches_chat_template_and_keeps_sampled_log_probs(tmp
 
 
 def _first_observation():
-    from evolving_rl.domains.alfworld import read_observation
-    from tests.fakes.env import ACTIONS, INTRO
-
     return read_observation({"observation": INTRO.format(goal="game0"),
                              "admissible_commands": ACTIONS})
 
@@ -159,3 +160,24 @@ def test_reply_prefix_opens_every_turn_on_the_prompt_side(tmp_path):
     assert trace.loss_mask[-last_reply:] == [1] * last_reply
     assert [turn.model_text for turn in trace.turns] == [
         "<action>go to shelf 1</action>", "<action>take mug 1 from desk 1</action>"]
+
+
+def test_number_action_format_asks_for_a_number_and_plays_its_command(tmp_path):
+    cfg = small_config()
+    cfg = dataclasses.replace(cfg, alfworld=dataclasses.replace(cfg.alfworld,
+                                                                action_format="number"))
+    env = FakeEnvClient()
+    number = ACTIONS.index("take mug 1 from desk 1") + 1
+    ctx = fake_context(tmp_path, cfg, env=env,
+                       policy=ScriptedPolicy(TOK, lambda _: f"<action>{number}</action>"))
+    result = _play(ctx)
+    system = TOK.decode(result.trace.prompt_ids).split("<|im_end|>")[0]
+    assert "Reply with the number of the one action" in system and "<reasoning>" not in system
+    assert result.success and env.actions == ["take mug 1 from desk 1"]
+
+
+def test_number_action_format_needs_lenient_parsing():
+    with pytest.raises(ValueError, match="lenient"):
+        AlfworldAdapter(lenient=False, action_format="number")
+    with pytest.raises(ValueError, match="unknown"):
+        AlfworldAdapter(lenient=True, action_format="json")

@@ -9,6 +9,7 @@ import json
 import math
 import statistics
 
+from evolving_rl.config import parse_config
 from evolving_rl.core.grid import extractor_group_id, solver_group_id
 from evolving_rl.pipeline.rollout import run_training_rollout
 from evolving_rl.pipeline.types import Role, SampleStatus
@@ -145,3 +146,29 @@ def test_metrics_cover_roles_statuses_groups_and_timings(tmp_path):
     assert all(isinstance(v, float) for v in metrics.values())
     assert all(s.status in (SampleStatus.COMPLETED, SampleStatus.TRUNCATED)
                for s in outcome.samples)
+
+
+def _first_turn_invalid(prompt: str) -> str:
+    """Wins at once with the GOOD skill; otherwise one inadmissible action, then wanders."""
+    if "Skill: Take the mug" in prompt:
+        return "<action>take mug 1 from desk 1</action>"
+    first_turn = prompt.rsplit("Step ", 1)[-1].startswith("0.")
+    return "<action>fly away</action>" if first_turn else "<action>go to shelf 1</action>"
+
+
+def test_invalid_action_penalty_shapes_the_solver_reward(tmp_path):
+    cfg = parse_config({"pipeline": {"n_skills": 2, "top_k": 2, "n_repeats": 1, "max_steps": 4,
+                                     "max_turn_tokens": 200, "max_context_tokens": 4096},
+                        "rewards": {"invalid_action_penalty": 0.5}})
+    policy = ScriptedPolicy(TOK, skill_responder([json.dumps(GOOD), json.dumps(BAD)],
+                                                 solver=_first_turn_invalid))
+    outcome = _rollout(fake_context(tmp_path, cfg, policy=policy))
+    solver = [s for s in outcome.samples if s.role is Role.SOLVER]
+    assert {(s.metadata["success"], s.metadata["n_invalid_actions"], s.metadata["n_steps"])
+            for s in solver} == {(True, 0, 1), (False, 1, 4)}
+    for sample in solver:
+        assert sample.reward == (1.0 if sample.metadata["success"] else -0.5 * 1 / 4)
+    # extractor rewards stay the mean downstream success: the penalty is the solver's alone
+    extractor = {s.metadata["skill_index"]: s.reward for s in outcome.samples
+                 if s.role is Role.EXTRACTOR}
+    assert extractor == {0: 1.0, 1: 0.0}

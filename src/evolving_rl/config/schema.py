@@ -71,6 +71,9 @@ class RewardConfig:
 
     format_penalty: float = bounded(0.1, ge=0.0)
     audit_penalty: float = bounded(0.0, ge=0.0)
+    # Solver reward = success - invalid_action_penalty * (inadmissible actions / actions); 0 is
+    # the reference's outcome-only reward (`core.rewards.solver_reward`).
+    invalid_action_penalty: float = bounded(0.0, ge=0.0)
     extractor_weight: float = bounded(0.2, ge=0.0)
     solver_weight: float = bounded(1.0, ge=0.0)
     advantage_eps: float = bounded(1e-6, gt=0.0)
@@ -158,6 +161,10 @@ class AlfworldConfig:
     # objects per generated room; the task's own receptacles and targets are always kept.
     generator_max_receptacles: int = bounded(10, ge=4)
     generator_max_objects: int = bounded(8, ge=3)
+    # How the solver is asked to answer: "verbatim" (brief reasoning, then one admissible command
+    # copied verbatim: the reference prompt) or "number" (the number of one listed command: what
+    # a 135M model can do; such replies need lenient action parsing).
+    action_format: Literal["verbatim", "number"] = "verbatim"
 
     def validate(self) -> None:
         if self.router_port in range(self.worker_base_port,

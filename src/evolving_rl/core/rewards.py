@@ -1,4 +1,4 @@
-"""Rewards: the extractor's reward from downstream outcomes and the solver's outcome reward.
+"""Rewards: the extractor's reward from downstream outcomes and the solver's episode reward.
 
 Extractor reward of one skill, decided in this order (status in brackets):
   1. the generation failed (abort, error, overflow)  ->  0.0              [generation_failed]
@@ -89,14 +89,24 @@ def extractor_reward(outcome: ExtractorOutcome, config: RewardConfig) -> Extract
     return ExtractorReward(value, status, n_scored, n_excluded)
 
 
-def solver_reward(success: bool | None) -> float | None:
-    """Outcome reward of one solver sample: 1.0 / 0.0, or None for an infrastructure failure.
+def solver_reward(success: bool | None, invalid_fraction: float = 0.0,
+                  invalid_action_penalty: float = 0.0) -> float | None:
+    """Reward of one solver sample, or None for an infrastructure failure.
 
-    ALFWorld: `success` is the episode's won flag; Mind2Web: whether the step was correct.
+    The outcome (1.0 / 0.0) minus `invalid_action_penalty` times the fraction of the episode's
+    actions that were not admissible (verl-agent's invalid-action penalty, per episode). ALFWorld:
+    `success` is the episode's won flag; Mind2Web: whether the step was correct. With a penalty of
+    0 (the reference setting) this is the plain outcome reward.
     """
     if success is None:
         return None
-    return 1.0 if success else 0.0
+    if not 0.0 <= invalid_fraction <= 1.0:
+        raise ValueError(f"invalid_fraction must be in [0, 1], got {invalid_fraction!r}")
+    if not math.isfinite(invalid_action_penalty) or invalid_action_penalty < 0:
+        raise ValueError(f"invalid_action_penalty must be finite and >= 0, "
+                         f"got {invalid_action_penalty!r}")
+    value = (1.0 if success else 0.0) - invalid_action_penalty * invalid_fraction
+    return value + 0.0  # never -0.0
 
 
 def fraction_correct(n_correct: int, n_total: int) -> float:

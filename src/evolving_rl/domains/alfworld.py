@@ -30,11 +30,14 @@ from evolving_rl.pipeline.types import Role, SampleStatus, TrainSample
 TASK_PREFIX = "Your task is to:"
 MAX_RAW_COMMAND_CHARS = 200  # an unparseable reply is sent as-is, up to this length
 
-SOLVER_SYSTEM = (
-    "You are an agent in a text-based household environment. Each turn shows the step "
-    "number, what you observe and the admissible actions. First think briefly inside "
-    "<reasoning>...</reasoning>, then write exactly one admissible action, copied verbatim, "
-    "inside <action>...</action>.")
+SOLVER_INTRO = ("You are an agent in a text-based household environment. Each turn shows the "
+                "step number, what you observe and the admissible actions.")
+SOLVER_ANSWER = {
+    "verbatim": ("First think briefly inside <reasoning>...</reasoning>, then write exactly one "
+                 "admissible action, copied verbatim, inside <action>...</action>."),
+    "number": ("Reply with the number of the one action you take, inside <action>...</action>, "
+               "e.g. <action>3</action>."),
+}
 SKILL_INTRO = "A skill learned from a similar task; use it if it applies:"
 EXTRACTOR_SYSTEM = (
     "You study an agent's attempt at a household task and write one reusable skill that "
@@ -67,14 +70,20 @@ def strip_task_line(text: str) -> str:
 class AlfworldAdapter:
     """`EnvironmentAdapter` for the ALFWorld router (`/reset {game}`, `/step`, `/close`).
 
-    `lenient` lets a number or a numbered line pick an admissible action (for small models).
+    `lenient` lets a number or a numbered line pick an admissible action (for small models);
+    `action_format` is what the system prompt asks for (`SOLVER_ANSWER`: "number" needs lenient).
     """
 
     name = "alfworld"
     stop = ("</action>",)
 
-    def __init__(self, lenient: bool = False) -> None:
+    def __init__(self, lenient: bool = False, action_format: str = "verbatim") -> None:
+        if action_format not in SOLVER_ANSWER:
+            raise ValueError(f"unknown ALFWorld action format {action_format!r}")
+        if action_format == "number" and not lenient:
+            raise ValueError("the 'number' action format needs lenient action parsing")
         self.lenient = lenient
+        self.system = f"{SOLVER_INTRO} {SOLVER_ANSWER[action_format]}"
 
     def task_from_row(self, row: Mapping[str, Any]) -> TaskSpec:
         metadata = row.get("metadata") or {}
@@ -93,9 +102,9 @@ class AlfworldAdapter:
 
     def solver_messages(self, task: TaskSpec, first: Observation,
                         skill_card: str | None) -> list[Message]:
-        system = SOLVER_SYSTEM
+        system = self.system
         if skill_card:
-            system = f"{SOLVER_SYSTEM}\n\n{SKILL_INTRO}\n\n{skill_card}"
+            system = f"{self.system}\n\n{SKILL_INTRO}\n\n{skill_card}"
         user = f"{TASK_PREFIX} {task.question}\n\n{self.render_observation(0, first)}"
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 

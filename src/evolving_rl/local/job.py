@@ -39,13 +39,12 @@ from tqdm import tqdm
 from evolving_rl.clients.tokenizer import HFChatTokenizer
 from evolving_rl.config import to_dict
 from evolving_rl.config.schema import Config
-from evolving_rl.domains.alfworld import AlfworldAdapter
 from evolving_rl.local.metrics import MetricsLog, group_variance
 from evolving_rl.local.model import load_model, load_tokenizer, resolve_model_path
 from evolving_rl.local.plots import plot_run
 from evolving_rl.local.policy import LocalPolicy
 from evolving_rl.local.trainer import GRPOTrainer, seed_everything
-from evolving_rl.pipeline.context import PipelineContext, build_context
+from evolving_rl.pipeline.context import PipelineContext, build_context, make_adapter
 from evolving_rl.pipeline.evaluation import run_eval
 from evolving_rl.pipeline.rollout import run_training_rollout
 
@@ -191,7 +190,7 @@ async def _train_step(ctx: PipelineContext, models: Models, cfg: Config, log: Me
 
 async def train_and_evaluate(cfg: Config, models: Models, log: MetricsLog,
                              result: JobResult) -> None:
-    adapter = AlfworldAdapter(lenient=cfg.local.lenient_actions)
+    adapter = make_adapter(cfg, lenient=cfg.local.lenient_actions)
     ctx = await build_context(cfg, models.policy, HFChatTokenizer(models.tokenizer),
                               adapter=adapter, run_dir=result.run_dir)
     sources = read_split(cfg, cfg.pipeline.retrieval_split)

@@ -52,7 +52,10 @@ def _episode_samples(ctx: PipelineContext, result: EpisodeResult, group_id: str,
                      metadata: dict) -> list[TrainSample]:
     if result.trace is None:
         return []
-    reward = solver_reward(None if result.score is None else result.success)
+    steps = result.n_steps
+    reward = solver_reward(None if result.score is None else result.success,
+                           result.n_invalid_actions / steps if steps else 0.0,
+                           ctx.cfg.rewards.invalid_action_penalty)
     if not result.status.trainable:
         reward = None
     metadata = {**metadata, "task_id": result.task.id, "task_type": result.task.task_type,

@@ -95,9 +95,10 @@ class PipelineContext:
             await self.owned_policy.close()
 
 
-def make_adapter(cfg: Config) -> EnvironmentAdapter:
+def make_adapter(cfg: Config, lenient: bool = False) -> EnvironmentAdapter:
+    """The configured environment's adapter; `lenient` action parsing for small models."""
     if cfg.environment == "alfworld":
-        return AlfworldAdapter()
+        return AlfworldAdapter(lenient=lenient, action_format=cfg.alfworld.action_format)
     raise NotImplementedError(f"no pipeline adapter for environment {cfg.environment!r} yet")
 
 
