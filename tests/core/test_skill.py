@@ -190,9 +190,15 @@ def test_single_quoted_pseudo_json_is_invalid():
     assert_fails("{'name': 'x', 'steps': ['a']}", "invalid_json")
 
 
-@pytest.mark.parametrize("field", ["name", "applicable_when", "steps", "pitfalls"])
+@pytest.mark.parametrize("field", ["name", "applicable_when", "steps"])
 def test_missing_required_field(field):
     assert_fails(with_fields(**{field: ...}), f"missing_field:{field}")
+
+
+def test_missing_pitfalls_are_none():
+    """Optional, like an empty list (small models often close the object after the steps)."""
+    result = parse_skill(with_fields(pitfalls=...))
+    assert result.ok and result.skill.pitfalls == ()
 
 
 def test_missing_summary_is_fine():

@@ -130,8 +130,11 @@ def _required_text(obj: dict, field: str, limit: int) -> str:
 
 
 def _read_items(obj: dict, field: str, max_items: int, *, non_empty: bool) -> tuple[str, ...]:
+    """A list of strings; a missing list is an error when it must be `non_empty`, else empty."""
     if field not in obj:
-        raise _Invalid(f"{ParseReason.MISSING_FIELD}:{field}")
+        if non_empty:
+            raise _Invalid(f"{ParseReason.MISSING_FIELD}:{field}")
+        return ()
     value = obj[field]
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise _Invalid(f"{ParseReason.WRONG_TYPE}:{field}")
@@ -254,7 +257,7 @@ def skill_schema_text() -> str:
         '- "applicable_when" (string, required): the situations where the skill applies.\n'
         f'- "steps" (list of strings, required, 1 to {MAX_STEPS} items): the procedure, '
         "in order.\n"
-        f'- "pitfalls" (list of strings, required, 0 to {MAX_PITFALLS} items): mistakes '
+        f'- "pitfalls" (list of strings, optional, 0 to {MAX_PITFALLS} items): mistakes '
         "to avoid.\n"
         '- "summary" (string, optional): one sentence on what the skill achieves.\n'
         f"Each step or pitfall is at most {MAX_ITEM_CHARS} characters; other text fields at "
