@@ -36,12 +36,15 @@ def test_metrics_log_round_trip(tmp_path):
     log = MetricsLog.in_run_dir(tmp_path / "run")
     log.write("eval", 0, {"phase": "before", "eval/all/with_skill_success_mean": 0.5})
     log.write("train", 1, {"solver/reward_mean": math.nan, "groups/count": 4.0,
-                           "groups/zero_variance": 1.0})
+                           "groups/zero_variance": 1.0, "groups/solver/count": 3.0,
+                           "groups/solver/zero_variance": 1.0, "groups/extractor/count": 1.0,
+                           "groups/extractor/zero_variance": 0.0})
     records = log.read()
     assert [r["kind"] for r in records] == ["eval", "train"]
     assert records[1]["solver/reward_mean"] is None and log.read("train")[0]["step"] == 1
-    assert group_variance(records[1]) == {"groups": 4.0, "varied_groups": 3.0,
-                                          "varied_fraction": 0.75}
+    assert group_variance(records[1]) == {
+        "groups": 4.0, "varied_groups": 3.0, "varied_fraction": 0.75, "extractor_groups": 1.0,
+        "extractor_varied_groups": 1.0, "solver_groups": 3.0, "solver_varied_groups": 2.0}
 
 
 def test_plot_is_written(tmp_path):

@@ -63,6 +63,8 @@ def test_groups_advantages_and_role_weights(tmp_path):
                     1 / (0.5 + 1e-6)) * 0.5
     assert outcome.metrics["extractor/parse/invalid_json"] == 2.0
     assert outcome.metrics["groups/zero_variance"] == 0.0
+    assert outcome.metrics["groups/extractor/count"] == 2.0  # one per source task
+    assert outcome.metrics["groups/solver/count"] == 2.0 * cfg.top_k
     assert all(s.response_length > 0 for s in outcome.samples)
 
 

@@ -41,7 +41,10 @@ def _train_line(record: dict[str, Any]) -> str:
             f"extractor {record.get('extractor/reward_mean', 0):.2f} | success source "
             f"{_pct(record.get('source/success_rate')).strip()} downstream "
             f"{_pct(record.get('solver/success_rate')).strip()} | groups with varied rewards "
-            f"{record.get('varied_groups', 0):.0f}/{record.get('groups', 0):.0f} | samples "
+            f"{record.get('varied_groups', 0):.0f}/{record.get('groups', 0):.0f} (solver "
+            f"{record.get('solver_varied_groups', 0):.0f}/{record.get('solver_groups', 0):.0f}, "
+            f"extractor {record.get('extractor_varied_groups', 0):.0f}/"
+            f"{record.get('extractor_groups', 0):.0f}) | samples "
             f"{record.get('train/n_samples', 0)} loss {record.get('train/loss', 0):+.4f} "
             f"kl {record.get('train/kl', 0):.4f} ({record.get('train/duration_s', 0):.0f}s)")
 

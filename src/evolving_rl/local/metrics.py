@@ -59,5 +59,10 @@ def group_variance(metrics: Mapping[str, Any]) -> dict[str, float]:
     """Groups of a rollout and how many had rewards that varied (non-zero variance)."""
     groups = float(metrics.get("groups/count", 0.0))
     zero = float(metrics.get("groups/zero_variance", 0.0))
-    return {"groups": groups, "varied_groups": groups - zero,
-            "varied_fraction": (groups - zero) / groups if groups else 0.0}
+    out = {"groups": groups, "varied_groups": groups - zero,
+           "varied_fraction": (groups - zero) / groups if groups else 0.0}
+    for role in ("extractor", "solver"):
+        count = float(metrics.get(f"groups/{role}/count", 0.0))
+        out[f"{role}_groups"] = count
+        out[f"{role}_varied_groups"] = count - float(metrics.get(f"groups/{role}/zero_variance", 0))
+    return out

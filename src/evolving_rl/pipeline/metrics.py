@@ -120,7 +120,9 @@ def _sample_metrics(assembled: Assembled) -> dict[str, float]:
     out["groups/count"] = float(sum(1 for g in groups.groups if g.size > 0))
     out["groups/zero_variance"] = float(len(groups.zero_variance_groups))
     out["groups/zero_variance_fraction"] = groups.zero_variance_fraction
-    for role in ("extractor", "solver"):
+    for role in ("extractor", "solver"):  # solver groups include the source-episode group
+        out[f"groups/{role}/count"] = float(sum(
+            1 for g in groups.groups if g.size > 0 and str(g.group_id).startswith(role)))
         out[f"groups/{role}/zero_variance"] = float(
             sum(1 for g in groups.zero_variance_groups if str(g).startswith(role)))
     return out
