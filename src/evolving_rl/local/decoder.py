@@ -198,12 +198,12 @@ class Decoder:
         out, inputs, cache = self._prefill(prompts)
         rows = [Row(key, list(prompt), sampling, [], []) for key, prompt, sampling in requests]
         tokens, keep = self._sample(out.logits[:, -1, :], rows)
-        cache = getattr(out, self.cache_name)
         self._retire(rows, keep, cache_layers(cache), inputs.attention_mask)
         if keep:
             index = torch.tensor(keep, device=self.device)
-            layers = [(k[index], v[index]) for k, v in cache_layers(cache)]
-            self._merge([rows[k] for k in keep], layers, inputs.attention_mask[index],
+            if len(keep) < len(rows):
+                cache.batch_select_indices(index)
+            self._merge([rows[k] for k in keep], cache, inputs.attention_mask[index],
                         inputs.position_ids[index, -1:], tokens[index])
         self.stats.admissions += 1
         self.stats.requests += len(requests)
@@ -216,19 +216,20 @@ class Decoder:
             if k not in kept:
                 self._remember(row, layers, mask, k)
 
-    def _merge(self, rows: list[Row], layers: list[tuple[torch.Tensor, torch.Tensor]],
-               mask: torch.Tensor, positions: torch.Tensor, tokens: torch.Tensor) -> None:
-        """Join new rows to the running batch, left-padding the shorter side's KV and mask."""
+    def _merge(self, rows: list[Row], cache: GrowingCache, mask: torch.Tensor,
+               positions: torch.Tensor, tokens: torch.Tensor) -> None:
+        """Join new rows (and their cache) to the running batch, left-padding the shorter
+        side's KV and mask; an idle decoder adopts the new cache as it is."""
         if not self.rows:
-            self.cache = GrowingCache.from_layers(layers)
+            self.cache = cache
             self.rows, self.mask, self.positions, self.tokens = rows, mask, positions, tokens
             return
         width = max(self.mask.shape[1], mask.shape[1])
         self.cache = GrowingCache.from_layers([
             (torch.cat([_left_pad(k_old, width), _left_pad(k_new, width)]),
              torch.cat([_left_pad(v_old, width), _left_pad(v_new, width)]))
-            for (k_old, v_old), (k_new, v_new) in zip(cache_layers(self.cache), layers,
-                                                      strict=True)])
+            for (k_old, v_old), (k_new, v_new) in zip(cache_layers(self.cache),
+                                                      cache_layers(cache), strict=True)])
         self.mask = torch.cat([_left_pad(self.mask, width), _left_pad(mask, width)])
         self.positions = torch.cat([self.positions, positions])
         self.tokens = torch.cat([self.tokens, tokens])

@@ -21,6 +21,7 @@ weight copies (`evolving_rl.local.linear_layout`), rebuilt after each weight upd
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import logging
 import threading
@@ -150,9 +151,9 @@ class LocalPolicy:
 
     def _add_stats(self, decoder: Decoder) -> None:
         stats, decoder.stats = decoder.stats, DecodeStats()
-        for name in ("admissions", "requests", "steps", "step_rows", "tokens", "busy_s",
-                     "shared_prefix_tokens"):
-            setattr(self.stats, name, getattr(self.stats, name) + getattr(stats, name))
+        for field in dataclasses.fields(DecodeStats):
+            setattr(self.stats, field.name,
+                    getattr(self.stats, field.name) + getattr(stats, field.name))
 
     def generate_batch(self, prompts: Sequence[Sequence[int]],
                        samplings: Sequence[SamplingParams]) -> list[Generation]:
