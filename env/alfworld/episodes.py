@@ -5,6 +5,9 @@ live episodes and resets in flight; full → 503 + Retry-After), and the episode
 if its client is still waiting for it — a reset that finishes after the client's deadline, or
 after the client hung up, is dropped on the spot instead of holding memory until the idle TTL.
 Ids are `<worker>-<boot>-<random>`: an id from a previous boot of this worker is "lost" (410).
+
+The admissible commands a client sees leave out the engine's `help` command, as the reference
+servers' lists do (`help` stays playable; it is just not offered: a small solver wasted turns on it).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from dataclasses import dataclass, field
 
 from env.alfworld.runtime import TASK_PREFIX, Episode
 from env.alfworld.wire import EpisodeView, WireError, episode_worker, lost, unknown
+
+UNLISTED_COMMANDS = frozenset({"help"})
 
 
 @dataclass
@@ -31,8 +36,9 @@ class Slot:
 
     def view(self, episode_id: str) -> EpisodeView:
         ep = self.episode
+        listed = [command for command in ep.admissible if command not in UNLISTED_COMMANDS]
         return EpisodeView(episode_id=episode_id, observation=ep.observation,
-                           admissible_commands=list(ep.admissible), won=ep.won, done=ep.won,
+                           admissible_commands=listed, won=ep.won, done=ep.won,
                            steps=self.steps, task=self.task, task_type=self.task_type,
                            game=self.game)
 

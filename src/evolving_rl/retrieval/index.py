@@ -4,6 +4,13 @@ Owns scoring and top-k selection: cosine similarity as a dot product of normalis
 matmul per batch of queries), filters (split membership, task types, excluded ids) as boolean
 masks, and a top-k that equals a full stable sort: ordered by score (descending for
 "most_similar", ascending for "least_similar"), ties broken by index position.
+
+Scores are the same whatever BLAS kernel runs and however queries are batched: the product is
+computed in float64 and rounded to float32. Two kernels (batched GEMM vs per-query GEMV, or two
+CPUs) differ only in the last bits of a float64 result, far below float32's resolution, so the
+rounding absorbs them: exact-duplicate vectors score exactly alike and their tie breaks by
+position. (A float32 product differs in float32's own last bits between kernels, which reordered
+ties across CPUs.)
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ class SearchIndex:
         self.model = cache.model
         self.rows: tuple[TaskRow, ...] = cache.rows
         self.vectors = np.ascontiguousarray(cache.vectors, dtype=np.float32)
+        self._vectors64 = self.vectors.astype(np.float64)
         self.position = {row.id: i for i, row in enumerate(self.rows)}
         self.by_question: dict[str, int] = {}
         for i, row in enumerate(self.rows):
@@ -100,10 +108,16 @@ class SearchIndex:
                 mask[self.position[task_id]] = False
         return mask
 
+    def scores(self, queries: np.ndarray) -> np.ndarray:
+        """Cosine scores of each query (row) against every vector: float64 product, rounded to
+        float32 (see the module docstring)."""
+        product = np.asarray(queries, dtype=np.float32).astype(np.float64) @ self._vectors64.T
+        return product.astype(np.float32)
+
     def search(self, queries: np.ndarray, k: int, filters: list[SearchFilter],
                order: Order = "most_similar") -> list[list[Hit]]:
         """Top-k hits for each query vector (row of `queries`), one filter per query."""
-        scores = queries.astype(np.float32, copy=False) @ self.vectors.T
+        scores = self.scores(queries)
         keys = scores if order == "most_similar" else -scores
         results = []
         masks: dict[SearchFilter, np.ndarray] = {}
@@ -123,7 +137,7 @@ class SearchIndex:
 
 def brute_force_positions(scores: np.ndarray, mask: np.ndarray, k: int,
                           order: Order = "most_similar") -> np.ndarray:
-    """Reference top-k by a full stable sort; tests and the benchmark check `search` against it."""
+    """Top-k by a full stable sort of `scores` (from `SearchIndex.scores`): the benchmark's check."""
     keys = scores if order == "most_similar" else -scores
     allowed = np.flatnonzero(mask)
     return allowed[np.argsort(-keys[allowed], kind="stable")[:k]]
