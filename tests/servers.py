@@ -19,7 +19,7 @@ def contract_config_file(folder: Path, data: Path) -> Path:
     values = {
         "environment": "alfworld",
         "pipeline": {"n_skills": 2, "top_k": 2, "n_repeats": 1, "max_steps": 4,
-                     "max_turn_tokens": 128, "max_context_tokens": 4096,
+                     "max_turn_tokens": 128, "max_context_tokens": 16384,  # byte tokens
                      "retrieval_split": "train", "max_concurrent_episodes": 8},
         "clients": {"env_timeout_s": 30.0, "retrieval_timeout_s": 30.0, "policy_timeout_s": 30.0,
                     "max_retries": 1, "retry_backoff_s": 0.05},

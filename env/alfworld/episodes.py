@@ -7,7 +7,7 @@ after the client hung up, is dropped on the spot instead of holding memory until
 Ids are `<worker>-<boot>-<random>`: an id from a previous boot of this worker is "lost" (410).
 
 The admissible commands a client sees leave out the engine's `help` command, as the reference
-servers' lists do (`help` stays playable; it is just not offered: a small solver wasted turns on it).
+servers' lists do (`help` stays playable, it is just not offered: small solvers wasted turns on it).
 """
 
 from __future__ import annotations

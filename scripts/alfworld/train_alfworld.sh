@@ -3,6 +3,21 @@
 # Qwen2.5-7B-Instruct, 8 GPUs, TP 2, training and rollout colocated, 16 source tasks per rollout,
 # one optimiser step per rollout, Adam lr 1e-6 constant, betas (0.9, 0.98), wd 0.1, PPO clip
 # 0.1 / 0.15, low-variance KL to the reference (per-role coefficients from our config).
+# Schedule as the reference's scripts/alfworld/train_alfworld.sh: 150 rollouts, a checkpoint and
+# an evaluation every 25.
+#
+# slime flags that matter beyond the obvious (the hooks' check_slime_args refuses them otherwise):
+#   --num-steps-per-rollout 1     global batch = 16 rollouts: one optimiser step per rollout in
+#                                 slime's LR schedule and step counter, as our convert hook trains
+#   --use-dynamic-batch-size      the sample count varies per rollout; static micro-batches fail
+#                                 when it is not a multiple of their layout (e.g. 11 samples, DP 2)
+#   --entropy-coef 1              a switch only: slime detaches the entropy when it is 0, which
+#                                 would silently drop our per-role entropy terms (extractor -0.03);
+#                                 with our custom loss slime uses the value for nothing else
+#   --eval-temperature 0 ...      slime's own eval defaults, greedy as the reference's; our eval
+#                                 protocol samples with the config's sampling.eval_* settings
+# No --rollout-max-response-len: the pipeline sends each role's max_new_tokens from our config;
+# slime reads that flag only in its own generate function, eval defaults and optional metrics.
 #
 # Starts, in order: the ALFWorld env servers and the retrieval server (our launchers, PID files),
 # a Ray head, then `ray job submit` of slime's train.py with our hooks; waits for the job. On exit
@@ -20,9 +35,9 @@
 #   MODEL_DIR [<repo>/models/Qwen2.5-7B-Instruct]  REF_DIR [$MODEL_DIR_torch_dist]
 #   MODEL_ARGS_NAME [qwen2.5-7B] (slime's scripts/models/<name>.sh)  RUN_DIR [<repo>/runs/alfworld]
 #   SAVE_DIR [$RUN_DIR/checkpoints]  PREPARED_DIR [<repo>/data/alfworld/prepared]
-#   TRAIN_SPLIT [train_seen]  EVAL_SPLITS ["valid_unseen valid_seen"]  EVAL_INTERVAL [10]
+#   TRAIN_SPLIT [train_seen]  EVAL_SPLITS ["valid_unseen valid_seen"]  EVAL_INTERVAL [25]
 #   NUM_GPUS [8]  TP_SIZE [2]  ROLLOUT_GPUS_PER_ENGINE [$TP_SIZE]  PROMPTS_PER_ROLLOUT [16]
-#   NUM_ROLLOUT [300]  SAVE_INTERVAL [20]  MAX_TOKENS_PER_GPU [16384]  SGLANG_MEM_FRACTION [0.7]
+#   NUM_ROLLOUT [150]  SAVE_INTERVAL [25]  MAX_TOKENS_PER_GPU [20480]  SGLANG_MEM_FRACTION [0.7]
 #   RAY_PORT [6379]  RAY_DASHBOARD_PORT [8265]  PYTHON [python3]
 # Extra arguments are appended to slime's train.py command line.
 set -euo pipefail
@@ -39,14 +54,14 @@ SAVE_DIR="${SAVE_DIR:-$RUN_DIR/checkpoints}"
 PREPARED_DIR="${PREPARED_DIR:-$ROOT/data/alfworld/prepared}"
 TRAIN_SPLIT="${TRAIN_SPLIT:-train_seen}"
 EVAL_SPLITS="${EVAL_SPLITS:-valid_unseen valid_seen}"
-EVAL_INTERVAL="${EVAL_INTERVAL:-10}"
+EVAL_INTERVAL="${EVAL_INTERVAL:-25}"
 NUM_GPUS="${NUM_GPUS:-8}"
 TP_SIZE="${TP_SIZE:-2}"
 ROLLOUT_GPUS_PER_ENGINE="${ROLLOUT_GPUS_PER_ENGINE:-$TP_SIZE}"
 PROMPTS_PER_ROLLOUT="${PROMPTS_PER_ROLLOUT:-16}"
-NUM_ROLLOUT="${NUM_ROLLOUT:-300}"
-SAVE_INTERVAL="${SAVE_INTERVAL:-20}"
-MAX_TOKENS_PER_GPU="${MAX_TOKENS_PER_GPU:-16384}"
+NUM_ROLLOUT="${NUM_ROLLOUT:-150}"
+SAVE_INTERVAL="${SAVE_INTERVAL:-25}"
+MAX_TOKENS_PER_GPU="${MAX_TOKENS_PER_GPU:-20480}"
 SGLANG_MEM_FRACTION="${SGLANG_MEM_FRACTION:-0.7}"
 RAY_PORT="${RAY_PORT:-6379}"
 RAY_DASHBOARD_PORT="${RAY_DASHBOARD_PORT:-8265}"
@@ -118,16 +133,22 @@ HOOK_ARGS=(
     --loss-type custom_loss --custom-loss-function-path "$HOOKS.policy_loss"
     --custom-config-path "$CUSTOM_CONFIG"
 )
+# slime samples at one top-p and, below 1, replays each token's nucleus in the loss; it must be
+# our config's sampling.solver.top_p (= extractor's; the hooks check both).
+ROLLOUT_TOP_P="$("$PYTHON" -c 'import sys; from evolving_rl.config import load_config
+print(load_config(sys.argv[1]).sampling.solver.top_p)' "$CONFIG")"
 # One source task per data-source sample; the pipeline expands it into N x (1 + K x R) samples.
 ROLLOUT_ARGS=(--prompt-data "$PREPARED_DIR/$TRAIN_SPLIT.jsonl" --input-key prompt --label-key id
               --metadata-key metadata --rollout-shuffle --num-rollout "$NUM_ROLLOUT"
               --rollout-batch-size "$PROMPTS_PER_ROLLOUT" --n-samples-per-prompt 1
-              --num-steps-per-rollout 1 --rollout-temperature 1.0 --rollout-top-p 1.0)
-EVAL_ARGS=(--eval-interval "$EVAL_INTERVAL" --eval-prompt-data "${EVAL_DATA[@]}")
+              --num-steps-per-rollout 1 --rollout-temperature 1.0 --rollout-top-p "$ROLLOUT_TOP_P")
+EVAL_ARGS=(--eval-interval "$EVAL_INTERVAL" --eval-prompt-data "${EVAL_DATA[@]}"
+           --eval-temperature 0 --eval-top-p 1.0 --eval-max-response-len 4096)
 # The loss reads clip range and per-role KL/entropy from our config; the hooks refuse values here
-# that disagree with it. --use-kl-loss makes slime compute reference log-probs.
+# that disagree with it. --use-kl-loss makes slime compute reference log-probs; --entropy-coef 1
+# only keeps slime's entropy differentiable (see the header).
 LOSS_ARGS=(--advantage-estimator grpo --use-kl-loss --kl-loss-coef 0.01 --kl-loss-type low_var_kl
-           --eps-clip 0.1 --eps-clip-high 0.15 --calculate-per-token-loss)
+           --eps-clip 0.1 --eps-clip-high 0.15 --calculate-per-token-loss --entropy-coef 1)
 OPTIMIZER_ARGS=(--optimizer adam --lr 1e-6 --lr-decay-style constant --weight-decay 0.1
                 --adam-beta1 0.9 --adam-beta2 0.98 --clip-grad 1.0)
 PERF_ARGS=(--tensor-model-parallel-size "$TP_SIZE" --sequence-parallel

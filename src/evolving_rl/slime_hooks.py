@@ -32,16 +32,21 @@ dataset. Its per-dataset data lists are empty (the protocol reports metrics, not
 samples), so our eval logger, which `check_slime_args` requires, reports them.
 
 slime's own plugin contract tests against these hooks, from the root of a slime checkout at the
-pin (the tests read slime's sources by relative path) with this project importable; which of
-them pass, and why the others cannot, is in tests/slime/test_hook_contracts.py:
+pin (the tests read slime's sources by relative path) with this project importable. The eval
+function is named too: slime defaults `--eval-function-path` to the rollout function
+(slime/utils/arguments.py:1968-1969), so ours is what slime evaluates with:
 
     cd <slime> && M=evolving_rl.slime_hooks && PYTHONPATH=<project>/src:. \
     SLIME_CONTRACT_ROLLOUT_FUNCTION_PATH=$M.generate_rollout \
+    SLIME_CONTRACT_EVAL_FUNCTION_PATH=$M.generate_rollout \
     SLIME_CONTRACT_CUSTOM_ROLLOUT_LOG_FUNCTION_PATH=$M.log_rollout \
     SLIME_CONTRACT_CUSTOM_EVAL_ROLLOUT_LOG_FUNCTION_PATH=$M.log_eval_rollout \
     SLIME_CONTRACT_CUSTOM_REWARD_POST_PROCESS_PATH=$M.post_process_rewards \
     SLIME_CONTRACT_CUSTOM_CONVERT_SAMPLES_TO_TRAIN_DATA_PATH=$M.convert_samples_to_train_data \
     python -m pytest tests/plugin_contracts
+
+Result: 31 passed, 5 failed (36 tests). Each failure, and why it is only the probe's synthetic
+assumption, is recorded in tests/slime/test_hook_contracts.py.
 """
 
 from __future__ import annotations
@@ -93,26 +98,38 @@ def post_process_rewards(args: Namespace, samples: list[Any]) -> tuple[list[floa
 
 def convert_samples_to_train_data(args: Namespace, samples: list[Any]) -> dict[str, Any]:
     """slime train data carrying each sample's role to the loss (see `slime_bridge.train_data`)."""
-    return train_data.convert_samples_to_train_data(samples, args.global_batch_size)
+    return train_data.convert_samples_to_train_data(samples, args.global_batch_size,
+                                                    getattr(args, "rollout_top_p", 1.0))
 
 
 def log_rollout(rollout_id: int, args: Namespace, samples: list[Any],
                 rollout_extra_metrics: dict[str, Any] | None, rollout_time: float) -> bool:
-    """Log our per-role metrics with slime's own; True tells slime not to log again."""
+    """Log our per-role metrics with slime's own; True tells slime not to log again. Records
+    `args.logged_rollout_id`, as slime's reference logger does (its plugin contract)."""
     metrics = rollout_metrics(samples, rollout_extra_metrics, rollout_time)
     metrics |= slime_api.default_rollout_metrics(args, samples, rollout_time)
     logger.info("rollout %d metrics: %s", rollout_id, metrics)
-    slime_api.emit_metrics(args, metrics, rollout_id, step_key="rollout/step")
+    _emit(args, metrics, rollout_id, step_key="rollout/step")
+    args.logged_rollout_id = rollout_id
     return True
 
 
 def log_eval_rollout(rollout_id: int, args: Namespace, data: dict[str, Any],
                      extra_metrics: dict[str, Any] | None) -> bool:
-    """Log the eval protocol's metrics; True tells slime not to log its (empty) per-sample view."""
+    """Log the eval protocol's metrics; True tells slime not to log its (empty) per-sample view.
+    Records `args.logged_eval_rollout_id`, as slime's reference logger does."""
     metrics = dict(extra_metrics or {})
     logger.info("eval %d metrics: %s", rollout_id, metrics)
-    slime_api.emit_metrics(args, metrics, rollout_id, step_key="eval/step")
+    _emit(args, metrics, rollout_id, step_key="eval/step")
+    args.logged_eval_rollout_id = rollout_id
     return True
+
+
+def _emit(args: Namespace, metrics: dict[str, Any], rollout_id: int, step_key: str) -> None:
+    """Send metrics to slime's sinks when its args enable one (the flags slime's own `log` reads,
+    slime/observability/logging_utils.py:45-50); without one the text log above is all."""
+    if getattr(args, "use_wandb", False) or getattr(args, "use_tensorboard", False):
+        slime_api.emit_metrics(args, metrics, rollout_id, step_key=step_key)
 
 
 def policy_loss(args: Namespace, batch: dict[str, Any], logits: Any,

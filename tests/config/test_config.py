@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from evolving_rl.config import Config, ConfigError, load_config, parse_config, to_dict
+from evolving_rl.core.audit import AuditConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = sorted((ROOT / "configs").glob("*.yaml"))
@@ -65,6 +66,12 @@ def test_defaults_bind_loopback() -> None:
          "alfworld.router_port", "collides"),
         ("pipeline: 3", "pipeline", "mapping"),
         ("rewards: {format_penalty: null}", "rewards.format_penalty", "number"),
+        ("audit: {max_char_run: 1}", "audit.max_char_run", ">= 2"),
+        ("audit: {min_line_share: 1.5}", "audit.min_line_share", "<= 1.0"),
+        ("audit: {min_chunk_tokens: 3, max_chunk_tokens: 2}", "audit.max_chunk_tokens",
+         ">= min_chunk_tokens"),
+        ("audit: {ngram_check: 1}", "audit.ngram_check", "bool"),
+        ("audit: {max_non_latin_ratio: 0.1}", "audit.max_non_latin_ratio", "unknown key"),
     ],
 )
 def test_bad_values_name_key_and_file(tmp_path: Path, text: str, key: str, words: str) -> None:
@@ -106,3 +113,20 @@ def test_config_is_frozen() -> None:
     cfg = parse_config({})
     with pytest.raises(AttributeError):
         cfg.pipeline.n_skills = 3  # type: ignore[misc]
+
+
+def _audit_config(cfg: Config) -> AuditConfig:
+    return AuditConfig(**{k: v for k, v in vars(cfg.audit).items() if k != "enabled"})
+
+
+def test_audit_settings_mirror_the_core_defaults() -> None:
+    cfg = parse_config({})
+    assert cfg.audit.enabled and not cfg.audit.ngram_check
+    assert _audit_config(cfg) == AuditConfig()
+
+
+def test_audit_settings_reach_the_core_config() -> None:
+    cfg = parse_config({"audit": {"max_char_run": 5, "min_line_share": 0.25,
+                                  "ngram_check": True, "min_unique_ngram_ratio": 0.5}})
+    assert _audit_config(cfg) == AuditConfig(max_char_run=5, min_line_share=0.25,
+                                             ngram_check=True, min_unique_ngram_ratio=0.5)

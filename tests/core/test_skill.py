@@ -1,22 +1,31 @@
-"""Tests for evolving_rl.core.skill: parsing nasty model outputs, validation, card, schema."""
+"""Tests for evolving_rl.core.skill with the compact format: parsing nasty model outputs (the
+object search is shared with the reference format), validation, card, schema. The reference
+format and the ranking of several objects: tests/core/test_skill_reference.py."""
 
 import json
 import time
 
 import pytest
 
-from evolving_rl.core.skill import (
+from evolving_rl.core.skill import ParseReason, Skill, SkillFormat, render_skill_card
+from evolving_rl.core.skill import parse_skill as parse_in_format
+from evolving_rl.core.skill import validate_skill as validate_in_format
+from evolving_rl.core.skill_compact import (
     MAX_ITEM_CHARS,
     MAX_NAME_CHARS,
     MAX_PITFALLS,
     MAX_STEPS,
-    ParseReason,
-    Skill,
-    parse_skill,
-    render_skill_card,
     skill_schema_text,
-    validate_skill,
 )
+
+
+def parse_skill(text):
+    return parse_in_format(text, SkillFormat.COMPACT)
+
+
+def validate_skill(obj):
+    return validate_in_format(obj, SkillFormat.COMPACT)
+
 
 GOOD = {
     "name": "Heat then place",
@@ -276,9 +285,14 @@ def test_limits_are_inclusive():
     assert result.ok
 
 
-def test_failure_reason_comes_from_first_object_found():
+def test_failure_reason_comes_from_the_chosen_object():
     text = json.dumps({"name": "x", "applicable_when": "y", "steps": "not a list"})
     assert_fails(text, "wrong_type:steps")
+    # The object with more compact keys is chosen and only it is validated: a valid object
+    # with fewer keys later in the text does not rescue it (the reference's rule).
+    broken = json.dumps({**GOOD, "steps": 3})
+    fewer = json.dumps({"name": "x", "applicable_when": "y", "steps": ["a"]})
+    assert_fails(f"{broken}\n{fewer}", "wrong_type:steps")
 
 
 def test_kind_strips_field():

@@ -25,8 +25,9 @@ def toy_rows(n: int) -> list[dict[str, Any]]:
 
 
 def small_config(**pipeline: Any) -> Config:
+    # The byte tokenizer spends a token per byte: the reference extractor prompt alone is ~5.3k.
     sizes = {"n_skills": 3, "top_k": 2, "n_repeats": 2, "max_steps": 4,
-             "max_turn_tokens": 200, "max_context_tokens": 4096, **pipeline}
+             "max_turn_tokens": 200, "max_context_tokens": 16384, **pipeline}
     return parse_config({"pipeline": sizes})
 
 
@@ -44,7 +45,9 @@ def fake_context(tmp_path: Path, cfg: Config | None = None, *, policy: Any = Non
         library=SkillLibrary.in_run_dir(tmp_path),
         limits=Limits(asyncio.Semaphore(cfg.pipeline.max_concurrent_episodes),
                       asyncio.Semaphore(cfg.pipeline.max_concurrent_extractions)),
-        audit=AuditConfig(), rewards=RewardConfig(cfg.rewards.format_penalty),
+        audit=AuditConfig(**{name: value for name, value in vars(cfg.audit).items()
+                             if name != "enabled"}) if cfg.audit.enabled else None,
+        rewards=RewardConfig(cfg.rewards.format_penalty),
         weights=RoleWeights(cfg.rewards.solver_weight, cfg.rewards.extractor_weight))
 
 

@@ -1,5 +1,7 @@
 """A scripted, instant policy: picks an admissible action from the last observation block and
-writes a valid skill JSON when asked to extract. Deterministic (choices hash the prompt).
+writes a valid skill JSON when asked to extract (in the format the extractor prompt asks for:
+the reference prompt is recognised by its trajectory marker). Deterministic (choices hash the
+prompt). `SKILLS` holds a good, a bad and a Chinese skill of each format.
 
 `reply_text(prompt)` is the script; `sample_reply` turns any reply text into what a sampling
 server returns (ids, log-probs, finish reason) honouring stop strings and `max_new_tokens`;
@@ -13,31 +15,70 @@ import json
 import re
 import zlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from evolving_rl.clients.policy import FinishReason, Generation, SamplingParams
 from tests.fakes.tokenizer import ByteChatTokenizer
 
 Responder = Callable[[str], str]
 
-EXTRACTOR_MARKER = "Trajectory:"
+EXTRACTOR_MARKER = "Trajectory:"  # in the extractor prompt of both formats
+REFERENCE_MARKER = "<<<BEGIN_TRAJECTORY>>>"  # only in the reference one
 _ACTION_LINE = re.compile(r"^\d+\. (.+)$")
 
-VALID_SKILL = {
+COMPACT_SKILL = {
     "name": "Find the object, then finish the task",
     "applicable_when": "A household task asks to move or use an object.",
     "steps": ["Go to the likely receptacle.", "Take the object.", "Go to the target and use it."],
     "pitfalls": ["Do not repeat an action that did nothing."],
 }
+REFERENCE_SKILL = {
+    "name": "find-the-object-then-finish",
+    "description": "Moves an object to a target; use it when a household task names both.",
+    "metadata": {"source_task_type": "pick_and_place", "success_signal": "success",
+                 "abstraction_level": "medium", "skill_category": "object placement"},
+    "skill_overview": ["Find the object, take it, bring it to the target."],
+    "when_to_use": ["The task asks to put an object somewhere."],
+    "inputs_to_identify": ["the object", "the target receptacle"],
+    "workflow": [{"step": 1, "goal": "Find the object", "action": "Go to the likely receptacle.",
+                  "tools_or_strategy": "Open closed receptacles.",
+                  "completion_condition": "The object is visible."},
+                 {"step": 2, "goal": "Finish", "action": "Take it and put it on the target.",
+                  "tools_or_strategy": "", "completion_condition": ""}],
+    "decision_rules": ["If the object is not there, try the next receptacle."],
+    "error_handling": [{"error": "Nothing happens", "cause": "The action is not admissible.",
+                        "response": "Pick an action from the list."}],
+    "output_requirements": ["The object ends on the target."],
+}
 
 
-GOOD_SKILL = {**VALID_SKILL, "name": "Take the mug"}
-BAD_SKILL = {**VALID_SKILL, "name": "Wander around"}
-CHINESE_SKILL = {**VALID_SKILL, "name": "找到杯子", "steps": ["走到桌子旁边"]}
+@dataclass(frozen=True)
+class SkillSet:
+    """Skill JSON objects of one format: the solver wins with `good` (by its name) only."""
+
+    valid: dict[str, Any]
+    good: dict[str, Any]
+    bad: dict[str, Any]
+    chinese: dict[str, Any]  # fails the language audit
+
+
+def _skill_set(valid: dict[str, Any], chinese: dict[str, Any]) -> SkillSet:
+    return SkillSet(valid, {**valid, "name": "Take the mug"}, {**valid, "name": "Wander around"},
+                    {**valid, "name": "找到杯子", **chinese})
+
+
+SKILLS = {
+    "reference": _skill_set(REFERENCE_SKILL, {"when_to_use": ["走到桌子旁边"]}),
+    "compact": _skill_set(COMPACT_SKILL, {"steps": ["走到桌子旁边"]}),
+}
+GOOD_SKILL, BAD_SKILL, CHINESE_SKILL = (SKILLS["reference"].good, SKILLS["reference"].bad,
+                                        SKILLS["reference"].chinese)
 
 
 def skill_responder(outputs: Sequence[str], solver: Responder | None = None) -> Responder:
     """Extractor answers cycle through `outputs`. The default solver sends the toy game's
-    winning command iff its skill card is GOOD_SKILL's, else a wandering command."""
+    winning command iff its skill card is a `good` skill's, else a wandering command."""
 
     cycle = itertools.cycle(outputs)
 
@@ -74,7 +115,8 @@ def admissible_from_prompt(prompt: str) -> list[str]:
 def reply_text(prompt: str) -> str:
     """The scripted reply to a decoded prompt."""
     if EXTRACTOR_MARKER in prompt:
-        return json.dumps(VALID_SKILL)
+        skill_format = "reference" if REFERENCE_MARKER in prompt else "compact"
+        return json.dumps(SKILLS[skill_format].valid)
     actions = admissible_from_prompt(prompt)
     useful = [a for a in actions if not a.startswith(("look", "inventory", "examine"))]
     choices = useful or actions or ["look"]

@@ -5,11 +5,19 @@ token, `meta_info.finish_reason` = {"type": ...}); the reply text comes from a r
 the decoded prompt (the scripted policy by default). Records every request body, supports
 `/abort_request {"rid"}` (which ends a held request with finish reason "abort"), and can hold
 requests (`hold = True`) to test cancellation. Runs on the caller's event loop.
+
+Like slime's patched SGLang (slime docker/patch/latest/sglang-top_p.patch), a request with top_p
+< 1 and `sampling_params.custom_params.return_top_p_token_ids` gets the nucleus of every sampled
+id in `meta_info.top_p_token_ids` / `top_p_token_offsets`: int32 arrays, as JSON lists or
+(`nucleus_base64 = True`) base64 of native int32 bytes, the patch's own encoding. The span of a
+sampled id is `top_p_span(id)`, so tests can check alignment against it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +27,27 @@ from evolving_rl.clients.policy import SamplingParams
 from tests.fakes.scripted import Responder, reply_text, sample_reply, token_log_prob
 from tests.fakes.tokenizer import ByteChatTokenizer
 
+VOCAB = 258  # ByteChatTokenizer: 256 bytes and two specials
+
+
+def top_p_span(token_id: int) -> tuple[int, ...]:
+    """The nucleus the fake reports for a sampled id: the id and 0-2 of its neighbours."""
+    return (token_id, *((token_id + k) % VOCAB for k in range(1, token_id % 3 + 1)))
+
+
+def _int32_field(values: list[int], as_base64: bool) -> list[int] | str:
+    return base64.b64encode(array("i", values).tobytes()).decode("ascii") if as_base64 else values
+
+
+def nucleus_meta(ids: list[int], as_base64: bool) -> dict[str, list[int] | str]:
+    """The patched server's `meta_info` nucleus fields for sampled `ids`."""
+    token_ids, offsets = [], [0]
+    for token in ids:
+        token_ids.extend(top_p_span(token))
+        offsets.append(len(token_ids))
+    return {"top_p_token_ids": _int32_field(token_ids, as_base64),
+            "top_p_token_offsets": _int32_field(offsets, as_base64)}
+
 
 @dataclass
 class FakeSGLang:
@@ -27,6 +56,7 @@ class FakeSGLang:
     responder: Responder = reply_text
     tokenizer: ByteChatTokenizer = field(default_factory=ByteChatTokenizer)
     hold: bool = False
+    nucleus_base64: bool = False
     requests: list[dict[str, Any]] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
     _held: dict[str, asyncio.Event] = field(default_factory=dict)
@@ -50,10 +80,13 @@ class FakeSGLang:
         reason: dict[str, Any] = {"type": finish.value}
         if finish.value == "length":
             reason["length"] = len(ids)
-        return web.json_response({"text": self.tokenizer.decode(ids), "meta_info": {
-            "id": body["rid"], "prompt_tokens": len(body["input_ids"]),
-            "completion_tokens": len(ids), "finish_reason": reason,
-            "output_token_logprobs": [[token_log_prob(i), i, None] for i in ids]}})
+        meta = {"id": body["rid"], "prompt_tokens": len(body["input_ids"]),
+                "completion_tokens": len(ids), "finish_reason": reason,
+                "output_token_logprobs": [[token_log_prob(i), i, None] for i in ids]}
+        asked = (params.get("custom_params") or {}).get("return_top_p_token_ids", False)
+        if asked and sampling.top_p < 1.0 and ids:
+            meta.update(nucleus_meta(ids, self.nucleus_base64))
+        return web.json_response({"text": self.tokenizer.decode(ids), "meta_info": meta})
 
     async def _abort(self, request: web.Request) -> web.Response:
         rid = (await request.json())["rid"]

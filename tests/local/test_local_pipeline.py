@@ -38,7 +38,8 @@ def test_rollout_with_local_policy_then_train(tmp_path):
     tokenizer = ByteTokenizer()
     policy = LocalPolicy(model, tokenizer, max_batch=8, window_s=0.01, seed=0)
     cfg = small_config(n_skills=2, top_k=2, n_repeats=1, max_steps=2, max_turn_tokens=12,
-                       train_on_source_episode=True)  # random skills never parse
+                       train_on_source_episode=True,  # random skills never parse
+                       skill_format="compact")  # the CPU default's format: a short prompt
     ctx = fake_context(tmp_path, cfg, policy=policy)
     outcome = asyncio.run(_rollout(ctx, policy))
     samples = [s for s in outcome.samples if s.status.trainable]

@@ -3,7 +3,8 @@ SGLang HTTP server (`tests/fakes/sglang_server.py`) that returns token ids and l
 
 Checks token/mask/log-prob alignment, group ids and advantages (recomputed with the core), role
 weights, exclusion of the source task, statuses for bad model output (no action tag, invalid
-skill JSON, non-English skill, context overflow) and an env server dying mid-rollout.
+skill JSON, non-English skill, context overflow) and an env server dying mid-rollout. The
+skill-dependent checks run in both skill formats (`pipeline.skill_format`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import tempfile
 from pathlib import Path
 
+import pytest
 import yaml
 
 from env.launch import free_port, free_port_block
@@ -26,8 +28,8 @@ from evolving_rl.pipeline.rollout import run_training_rollout
 from evolving_rl.pipeline.types import Role
 from tests.fakes.env import FakeEnvClient
 from tests.fakes.scripted import (
-    CHINESE_SKILL,
     GOOD_SKILL,
+    SKILLS,
     reply_text,
     skill_responder,
     token_log_prob,
@@ -37,6 +39,7 @@ from tests.fakes.tokenizer import ByteChatTokenizer
 from tests.servers import alfworld_servers
 
 ROLLOUT_TIMEOUT_S = 240
+FORMATS = pytest.mark.parametrize("fmt", sorted(SKILLS))
 
 
 def _train_lines(cfg) -> list[str]:
@@ -103,12 +106,16 @@ def test_real_retrieval_excludes_the_source_task(retrieval_server, contract_conf
     assert {task for _, task in downstream} <= train_ids
 
 
+@FORMATS
 def test_samples_are_aligned_grouped_weighted_and_never_from_the_source(real_servers,
-                                                                        contract_config):
-    cfg = contract_config
-    outputs = [json.dumps(GOOD_SKILL), json.dumps({**GOOD_SKILL, "name": "Other"})]
-    outcome, fake, _ = _run(cfg, skill_responder(outputs, solver=reply_text))
+                                                                        contract_config, fmt):
+    cfg = _with_pipeline(contract_config, skill_format=fmt)
+    good = SKILLS[fmt].good
+    outputs = [json.dumps(good), json.dumps({**good, "name": "Other"})]
+    outcome, fake, ctx = _run(cfg, skill_responder(outputs, solver=reply_text))
     assert outcome.samples
+    assert outcome.metrics["extractor/parse_ok_rate"] == 1.0
+    assert {(r.skill_format, r.usable) for r in ctx.library.load()} == {(fmt, True)}
     assert outcome.metrics.get("solver/status/env_error", 0.0) == 0.0
     # The scripted solver copies an action from the prompt's admissible list, so every action it
     # sends is admissible only if the real server's list reached the prompt.
@@ -153,9 +160,11 @@ def test_no_action_tag_is_sent_as_is_and_counted(real_servers, contract_config):
     assert "source/status/env_error" not in metrics
 
 
-def test_invalid_and_non_english_skills_get_their_statuses(real_servers, contract_config):
-    outputs = ["{'name': 'not json'", json.dumps(CHINESE_SKILL)]
-    outcome, _, ctx = _run(contract_config, skill_responder(outputs, solver=reply_text))
+@FORMATS
+def test_invalid_and_non_english_skills_get_their_statuses(real_servers, contract_config, fmt):
+    outputs = ["{'name': 'not json'", json.dumps(SKILLS[fmt].chinese)]
+    cfg = _with_pipeline(contract_config, skill_format=fmt)
+    outcome, _, ctx = _run(cfg, skill_responder(outputs, solver=reply_text))
     metrics = outcome.metrics
     assert metrics["extractor/reward_status/unparseable"] == 2.0
     assert metrics["extractor/reward_status/audit_failed"] == 2.0

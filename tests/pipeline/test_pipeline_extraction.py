@@ -1,31 +1,125 @@
-"""Skill extraction with fakes: the reply prefix is prompt-side and the parser sees it."""
+"""Skill extraction with fakes, in both skill formats: the reply prefix is prompt-side and the
+parser sees it; the audit reads the rendered card; the ALFWorld extractor prompts (the reference
+wording, and a schema example in each prompt that parses and validates)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+from pathlib import Path
 
+import pytest
+
+from evolving_rl.config import load_config
+from evolving_rl.core.audit import AuditResult
+from evolving_rl.core.skill import SkillFormat, render_skill_card, validate_skill
+from evolving_rl.domains.alfworld import AlfworldAdapter
+from evolving_rl.domains.base import Turn
+from evolving_rl.pipeline import extraction as extraction_module
 from evolving_rl.pipeline.extraction import extract_skills
 from evolving_rl.pipeline.timing import IOClock
 from tests.fakes.context import fake_context, small_config, toy_task
-from tests.fakes.scripted import ScriptedPolicy
+from tests.fakes.scripted import SKILLS, ScriptedPolicy
 from tests.fakes.tokenizer import ByteChatTokenizer
 
+ROOT = Path(__file__).resolve().parents[2]
 TOK = ByteChatTokenizer()
 PREFIX = '{"name": "'
-TAIL = ('Find then place", "applicable_when": "a task asks to put an object somewhere", '
-        '"steps": ["go to where the object is", "take it", "put it in place"], "pitfalls": []}')
+TAILS = {
+    "compact": ('Find then place", "applicable_when": "a task asks to put an object somewhere", '
+                '"steps": ["go to where the object is", "take it", "put it in place"], '
+                '"pitfalls": []}'),
+    "reference": ('Find then place", "description": "Puts an object somewhere.", '
+                  '"workflow": [{"step": 1, "goal": "find", "action": "go to it"}]}'),
+}
+TURNS = [Turn("You are in a room.", "<reasoning>look first</reasoning><action>look</action>",
+              "look", "ok", ("look", "go to desk 1")),
+         Turn("You see a mug.", "<action>take mug 1</action>", "take mug 1", "ok",
+              ("take mug 1",))]
 
 
-def test_extractor_reply_prefix_is_prompt_side_and_parsed(tmp_path):
-    ctx = fake_context(tmp_path, small_config(extractor_reply_prefix=PREFIX),
-                       policy=ScriptedPolicy(TOK, lambda _: TAIL))
+def _extract(ctx, n: int = 2):
     sampling = ctx.sampling(ctx.cfg.sampling.extractor, solver=False)
-    extractions = asyncio.run(
-        extract_skills(ctx, IOClock(), toy_task(ctx), [], False, 2, sampling))
+    return asyncio.run(extract_skills(ctx, IOClock(), toy_task(ctx), TURNS, False, n, sampling))
+
+
+@pytest.mark.parametrize("fmt", sorted(TAILS))
+def test_extractor_reply_prefix_is_prompt_side_and_parsed(tmp_path, fmt):
+    tail = TAILS[fmt]
+    ctx = fake_context(tmp_path, small_config(extractor_reply_prefix=PREFIX, skill_format=fmt),
+                       policy=ScriptedPolicy(TOK, lambda _: tail))
+    extractions = _extract(ctx)
     assert len(extractions) == 2
     for extraction in extractions:
         assert extraction.usable and extraction.parse.skill.name == "Find then place"
+        assert extraction.skill_format == fmt
         assert extraction.prompt_ids[-len(TOK.encode(PREFIX)):] == TOK.encode(PREFIX)
         # Only the sampled ids (the tail, then the end-of-turn token) are the response.
-        assert list(extraction.generation.token_ids) == [*TOK.encode(TAIL), TOK.eos_token_id]
-        assert extraction.text == PREFIX + TAIL
+        assert list(extraction.generation.token_ids) == [*TOK.encode(tail), TOK.eos_token_id]
+        assert extraction.text == PREFIX + tail
+
+
+@pytest.mark.parametrize("fmt", sorted(SKILLS))
+def test_the_audit_reads_the_rendered_card(tmp_path, fmt, monkeypatch):
+    seen: list[str] = []
+
+    def audit_text(text, config=None):
+        seen.append(text)
+        return AuditResult(True, None, "")
+
+    monkeypatch.setattr(extraction_module, "audit_text", audit_text)
+    skill = SKILLS[fmt].good
+    ctx = fake_context(tmp_path, small_config(skill_format=fmt),
+                       policy=ScriptedPolicy(TOK, lambda _: f"Analysis.\n{json.dumps(skill)}"))
+    (extraction,) = _extract(ctx, 1)
+    card = render_skill_card(validate_skill(skill, fmt).skill)
+    assert extraction.card == card and seen == [card]
+    assert card.startswith("# Skill: Take the mug" if fmt == "reference"
+                           else "### Skill: Take the mug")
+
+
+EXAMPLE_AFTER = {SkillFormat.REFERENCE: "Use exactly this JSON schema:\n\n",
+                 SkillFormat.COMPACT: "Example:\n"}
+
+
+def test_reference_prompt_is_one_user_message_in_the_papers_shape(tmp_path):
+    task = toy_task(fake_context(tmp_path))
+    for success in (True, False):
+        (message,) = AlfworldAdapter().extractor_messages(task, TURNS, success,
+                                                          SkillFormat.REFERENCE)
+        text = message["content"]
+        assert message["role"] == "user"
+        assert text.startswith(f"Task: {task.question}\n\nAgent's Trajectory:\n"
+                               "<<<BEGIN_TRAJECTORY>>>\n[Step 0]\nObservation: You are in a "
+                               "room.\nAdmissible actions: ['look'\n 'go to desk 1']\n\n"
+                               "<reasoning>look first</reasoning><action>look</action>"
+                               "\n\n[Step 1]\nObservation: You see a mug.\n"
+                               "Admissible actions: ['take mug 1']\n\n"
+                               "<action>take mug 1</action>\n<<<END_TRAJECTORY>>>\n\n"
+                               f"True Environment Success: {success}\n\n")
+        for phrase in ("Use the following extraction guidance and output requirements:",
+                       "Now use the example above to extract a reusable skill.",
+                       "Use exactly this JSON schema:", "Field requirements:",
+                       "Additional constraints:", "- the reusable patterns vs. one-off details"):
+            assert phrase in text
+        assert text.endswith("- the reusable patterns vs. one-off details\n")
+
+
+@pytest.mark.parametrize("fmt", list(SkillFormat))
+def test_prompt_schema_example_parses_and_validates(tmp_path, fmt):
+    messages = AlfworldAdapter().extractor_messages(toy_task(fake_context(tmp_path)), TURNS,
+                                                    True, fmt)
+    prompt = messages[-1]["content"]
+    start = prompt.index(EXAMPLE_AFTER[fmt]) + len(EXAMPLE_AFTER[fmt])
+    example, _ = json.JSONDecoder().raw_decode(prompt, start)
+    assert validate_skill(example, fmt).ok
+    if fmt is SkillFormat.REFERENCE:
+        assert set(example) == {"name", "description", "metadata", "skill_overview",
+                                "when_to_use", "inputs_to_identify", "workflow",
+                                "decision_rules", "error_handling", "output_requirements"}
+
+
+@pytest.mark.parametrize(("profile", "fmt"), [("alfworld", "reference"), ("web", "reference"),
+                                              ("local_cpu", "compact")])
+def test_profiles_pick_their_skill_format(profile, fmt):
+    assert load_config(ROOT / "configs" / f"{profile}.yaml").pipeline.skill_format == fmt

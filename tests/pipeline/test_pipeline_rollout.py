@@ -1,5 +1,5 @@
 """The four-stage rollout with fakes: groups, advantages, role weights, exclusion, statuses,
-the skill library and the metrics."""
+the skill library and the metrics (skill-dependent tests run in both skill formats)."""
 
 from __future__ import annotations
 
@@ -9,23 +9,19 @@ import json
 import math
 import statistics
 
+import pytest
+
 from evolving_rl.config import parse_config
 from evolving_rl.core.grid import extractor_group_id, solver_group_id
 from evolving_rl.pipeline.rollout import run_training_rollout
 from evolving_rl.pipeline.types import Role, SampleStatus
 from tests.fakes.context import fake_context, small_config, toy_rows
 from tests.fakes.env import FakeRetrievalClient
-from tests.fakes.scripted import (
-    BAD_SKILL,
-    CHINESE_SKILL,
-    GOOD_SKILL,
-    ScriptedPolicy,
-    skill_responder,
-)
+from tests.fakes.scripted import SKILLS, ScriptedPolicy, skill_responder
 from tests.fakes.tokenizer import ByteChatTokenizer
 
 TOK = ByteChatTokenizer()
-GOOD, BAD, CHINESE = GOOD_SKILL, BAD_SKILL, CHINESE_SKILL
+FORMATS = pytest.mark.parametrize("fmt", sorted(SKILLS))
 
 
 def _rollout(ctx, n_rows=2):
@@ -37,9 +33,11 @@ def _normalised(values):
     return [(v - mean) / (std + 1e-6) for v in values]
 
 
-def test_groups_advantages_and_role_weights(tmp_path):
-    outputs = [json.dumps(GOOD), json.dumps(BAD), "{not json"]
-    ctx = fake_context(tmp_path, policy=ScriptedPolicy(TOK, skill_responder(outputs)))
+@FORMATS
+def test_groups_advantages_and_role_weights(tmp_path, fmt):
+    outputs = [json.dumps(SKILLS[fmt].good), json.dumps(SKILLS[fmt].bad), "{not json"]
+    ctx = fake_context(tmp_path, small_config(skill_format=fmt),
+                       policy=ScriptedPolicy(TOK, skill_responder(outputs)))
     outcome = _rollout(ctx)
     cfg = ctx.cfg.pipeline  # N=3, K=2, R=2
     solver = [s for s in outcome.samples if s.role is Role.SOLVER]
@@ -81,9 +79,11 @@ def test_source_task_is_excluded_from_retrieval_unless_asked(tmp_path):
     assert _rollout(included).metrics["retrieval/source_retrieved"] == 2.0
 
 
-def test_non_english_and_invalid_skills_get_statuses_and_the_library_records_them(tmp_path):
-    outputs = [json.dumps(GOOD), json.dumps(CHINESE), "no json at all"]
-    ctx = fake_context(tmp_path, policy=ScriptedPolicy(TOK, skill_responder(outputs)))
+@FORMATS
+def test_non_english_and_invalid_skills_get_statuses_and_the_library_records_them(tmp_path, fmt):
+    outputs = [json.dumps(SKILLS[fmt].good), json.dumps(SKILLS[fmt].chinese), "no json at all"]
+    ctx = fake_context(tmp_path, small_config(skill_format=fmt),
+                       policy=ScriptedPolicy(TOK, skill_responder(outputs)))
     outcome = _rollout(ctx, n_rows=1)
     assert outcome.metrics["extractor/audit_failures"] == 1.0
     assert outcome.metrics["extractor/audit/non_english"] == 1.0
@@ -94,13 +94,15 @@ def test_non_english_and_invalid_skills_get_statuses_and_the_library_records_the
     assert records[0].source_id == "t0" and records[0].rollout == "7"
     assert len(records[0].downstream_scores) == ctx.cfg.pipeline.top_k * ctx.cfg.pipeline.n_repeats
     assert records[0].reward == 1.0 and records[0].skill["name"] == "Take the mug"
+    assert {r.skill_format for r in records} == {fmt}
     parsed = [s.metadata["skill_parsed"] for s in outcome.samples if s.role is Role.EXTRACTOR]
     assert parsed == [True, True, False]
 
 
 def test_failed_samples_leave_their_groups_and_are_never_emitted(tmp_path):
     calls = itertools.count()
-    base = skill_responder([json.dumps(GOOD), json.dumps(BAD), json.dumps(GOOD)])
+    good, bad = json.dumps(SKILLS["reference"].good), json.dumps(SKILLS["reference"].bad)
+    base = skill_responder([good, bad, good])
 
     class Flaky(ScriptedPolicy):
         async def generate(self, prompt_ids, sampling):
@@ -151,7 +153,7 @@ def test_metrics_cover_roles_statuses_groups_and_timings(tmp_path):
 
 
 def _first_turn_invalid(prompt: str) -> str:
-    """Wins at once with the GOOD skill; otherwise one inadmissible action, then wanders."""
+    """Wins at once with a good skill; otherwise one inadmissible action, then wanders."""
     if "Skill: Take the mug" in prompt:
         return "<action>take mug 1 from desk 1</action>"
     first_turn = prompt.rsplit("Step ", 1)[-1].startswith("0.")
@@ -160,9 +162,10 @@ def _first_turn_invalid(prompt: str) -> str:
 
 def test_invalid_action_penalty_shapes_the_solver_reward(tmp_path):
     cfg = parse_config({"pipeline": {"n_skills": 2, "top_k": 2, "n_repeats": 1, "max_steps": 4,
-                                     "max_turn_tokens": 200, "max_context_tokens": 4096},
+                                     "max_turn_tokens": 200, "max_context_tokens": 16384},
                         "rewards": {"invalid_action_penalty": 0.5}})
-    policy = ScriptedPolicy(TOK, skill_responder([json.dumps(GOOD), json.dumps(BAD)],
+    skills = SKILLS["reference"]
+    policy = ScriptedPolicy(TOK, skill_responder([json.dumps(skills.good), json.dumps(skills.bad)],
                                                  solver=_first_turn_invalid))
     outcome = _rollout(fake_context(tmp_path, cfg, policy=policy))
     solver = [s for s in outcome.samples if s.role is Role.SOLVER]

@@ -6,12 +6,19 @@ field, the pinned commit's `Sample` (slime/utils/types.py) and `RolloutFnTrainOu
 them. When slime IS importable the real classes are used (tests marked `real_slime` need it).
 `MIRROR` points at the read-only mirror of slime when this machine has one; tests reading it skip
 otherwise.
+
+slime's per-token log-probs and entropies are replaced in loss tests by stand-ins that follow
+slime's rule for the entropy gradient: differentiable only when `args.entropy_coef` != 0
+(slime/backends/megatron_utils/loss.py:551, else `mark_non_differentiable`,
+slime/utils/ppo_utils.py:277-278). `launcher_args` is what slime's parser makes of
+scripts/alfworld/train_alfworld.sh.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import math
+import re
 import subprocess
 import sys
 import types
@@ -25,9 +32,10 @@ import pytest
 import torch
 import yaml
 
+from evolving_rl.core.nucleus import Nucleus, NucleusBuilder
 from evolving_rl.pipeline.types import Role, SampleStatus, TrainSample
 from evolving_rl.slime_bridge import runtime, slime_api
-from evolving_rl.slime_bridge.settings import HOOK_PATHS
+from evolving_rl.slime_bridge.settings import HOOK_PATHS, HOOKS_MODULE
 
 
 def _slime_importable() -> bool:
@@ -156,16 +164,28 @@ def slime_args(config_path) -> Namespace:
     args = Namespace(
         **HOOK_PATHS, custom_config_path=str(config_path), loss_type="custom_loss",
         advantage_estimator="grpo", normalize_advantages=False, use_opd=False, kl_coef=0.0,
-        kl_loss_type="low_var_kl", use_kl_loss=True, kl_loss_coef=0.01, entropy_coef=0.0,
-        calculate_per_token_loss=True, n_samples_per_prompt=1, rollout_top_p=1.0,
+        kl_loss_type="low_var_kl", use_kl_loss=True, kl_loss_coef=0.01, entropy_coef=1.0,
+        use_dynamic_batch_size=True, calculate_per_token_loss=True, n_samples_per_prompt=1,
+        rollout_top_p=0.9,
         rollout_temperature=1.0, eps_clip=0.1, eps_clip_high=0.15, lr=1e-6, adam_beta1=0.9,
         adam_beta2=0.98, weight_decay=0.1, clip_grad=1.0, use_rollout_logprobs=False,
         rollout_batch_size=2, global_batch_size=2, sglang_router_ip="127.0.0.1",
         sglang_router_port=30000, hf_checkpoint="/models/Qwen2.5-7B-Instruct",
-        eval_prompt_data=None)
+        eval_prompt_data=None, use_wandb=False, use_tensorboard=False)
     for key, value in yaml.safe_load(config_path.read_text()).items():
         setattr(args, key, value)  # what slime_validate_args does with --custom-config-path
     return args
+
+
+def replayed_nucleus(response: list[int], mask: list[int]) -> Nucleus:
+    """A top-p 0.9 nucleus: (id, id + 1) on sampled tokens, empty spans on observations."""
+    builder = NucleusBuilder()
+    for token, sampled in zip(response, mask, strict=True):
+        if sampled:
+            builder.add(Nucleus((token, token + 1), (0, 2)))
+        else:
+            builder.add_empty(1)
+    return builder.build()
 
 
 def solver_sample(group_id: str, reward: float, advantage: float, task_type: str,
@@ -174,11 +194,13 @@ def solver_sample(group_id: str, reward: float, advantage: float, task_type: str
     prompt = [151644, 8948, 198, 2610, 525, 13]
     turn1, obs, turn2 = [27, 1311, 29, 733, 151645], [198, 26, 17, 13, 198], [27, 1311, 29, 2]
     lp1, lp2 = [-0.1, -0.5, -0.2, -1.2, -0.05], [-0.3, -0.4, -0.6, -0.9]
+    response, mask = turn1 + obs + turn2, [1] * 5 + [0] * 5 + [1] * 4
     return TrainSample(
-        role=Role.SOLVER, prompt_ids=prompt, response_ids=turn1 + obs + turn2,
-        loss_mask=[1] * 5 + [0] * 5 + [1] * 4, log_probs=lp1 + [0.0] * 5 + lp2, reward=reward,
+        role=Role.SOLVER, prompt_ids=prompt, response_ids=response,
+        loss_mask=mask, log_probs=lp1 + [0.0] * 5 + lp2, reward=reward,
         group_id=group_id, status=status, advantage=advantage,
-        metadata={"task_type": task_type, "task_id": f"train/{group_id}"})
+        metadata={"task_type": task_type, "task_id": f"train/{group_id}"},
+        nucleus=replayed_nucleus(response, mask))
 
 
 def extractor_sample(group_id: str, reward: float, advantage: float, *,
@@ -189,7 +211,8 @@ def extractor_sample(group_id: str, reward: float, advantage: float, *,
         loss_mask=[1] * 5, log_probs=[-0.7, -0.2, -0.3, -0.1, -0.4], reward=reward,
         group_id=group_id, advantage=advantage,
         metadata={"task_type": "pick_clean_then_place_in_recep", "skill_parsed": audit_passed,
-                  "audit_passed": audit_passed})
+                  "audit_passed": audit_passed},
+        nucleus=replayed_nucleus([90, 1, 2, 3, 92], [1] * 5))
 
 
 def grpo(rewards: list[float], weight: float) -> list[float]:
@@ -224,8 +247,9 @@ def fake_pipeline(monkeypatch) -> dict[str, Any]:
     """Fake pipeline entry points; records what the hooks pass them."""
     calls: dict[str, Any] = {"rows": [], "eval_rows": [], "rollout_ids": []}
 
-    async def build_context(config, *, policy_url, tokenizer_path):
+    async def build_context(config, *, policy_url, tokenizer_path, top_p_replay):
         calls["context"] = {"config": config, "policy_url": policy_url,
+                            "top_p_replay": top_p_replay,
                             "tokenizer_path": tokenizer_path}
         return calls["context"]
 
@@ -304,3 +328,117 @@ def sum_of_token_reducer(batch: dict[str, Any]):
         return sum((part * mask).sum() for part, mask in zip(x.split(lengths), masks, strict=True))
 
     return reduce
+
+
+def entropy_keeps_grad(args: Namespace) -> bool:
+    """slime's rule (loss.py:551): the entropy is differentiable only when `entropy_coef` != 0."""
+    return getattr(args, "entropy_coef", 0.0) != 0
+
+
+def given_log_probs_and_entropy(log_probs: list[torch.Tensor], entropies: list[torch.Tensor]):
+    """A stand-in for `slime_api.log_probs_and_entropy` returning the given per-sample tensors,
+    the entropies detached exactly when slime's rule says so."""
+
+    def log_probs_and_entropy(args, batch, logits):
+        keep = entropy_keeps_grad(args)
+        return log_probs, [e if keep else e.detach() for e in entropies]
+
+    return log_probs_and_entropy
+
+
+def logits_log_probs_and_entropy(args: Namespace, batch: dict[str, Any], logits: torch.Tensor):
+    """A stand-in for `slime_api.log_probs_and_entropy` computing from [1, T, V] logits as slime's
+    `get_log_probs_and_entropy` does at tp = cp = 1 (slime/backends/megatron_utils/loss.py:513-600):
+    logits over the rollout temperature, each position's log-prob of the next token and the
+    entropy of its full softmax, per-sample response slices [end - response - 1, end - 1)
+    (loss.py:499-508), the entropy differentiable by slime's rule."""
+    scaled = logits.squeeze(0).float() / getattr(args, "rollout_temperature", 1.0)
+    log_softmax = torch.log_softmax(scaled, dim=-1)
+    entropy = -(log_softmax.exp() * log_softmax).sum(dim=-1)
+    if not entropy_keeps_grad(args):
+        entropy = entropy.detach()
+    targets = torch.roll(torch.cat(batch["unconcat_tokens"]), -1)
+    log_prob = log_softmax.gather(-1, targets[:, None]).squeeze(-1)
+    log_probs, entropies, end = [], [], 0
+    for total, response in zip(batch["total_lengths"], batch["response_lengths"], strict=True):
+        end += total
+        log_probs.append(log_prob[end - response - 1:end - 1])
+        entropies.append(entropy[end - response - 1:end - 1])
+    return log_probs, entropies
+
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN_SCRIPT = ROOT / "scripts/alfworld/train_alfworld.sh"
+FLAG = re.compile(r"--[a-z0-9][a-z0-9-]*")
+# slime's parser defaults at the pin (slime/utils/arguments.py) of the flags that our checks and
+# slime's derivations read, for those the script omits; test_train_script checks them there.
+SLIME_DEFAULTS = {
+    "normalize_advantages": False, "use_opd": False, "kl_coef": 0.0, "use_kl_loss": False,
+    "calculate_per_token_loss": False, "entropy_coef": 0.0, "use_dynamic_batch_size": False,
+    "global_batch_size": None, "num_steps_per_rollout": None, "eval_function_path": None,
+}
+
+
+def script_arrays(text: str) -> dict[str, list[str]]:
+    """A launch script's `NAME_ARGS=( ... )` arrays as token lists (quotes stripped)."""
+    arrays = {}
+    for name, body in re.findall(r"^(\w+_ARGS)=\((.*?)\)\s*$", text, flags=re.S | re.M):
+        body = "\n".join(line.split(" #")[0] for line in body.splitlines())
+        arrays[name] = [token.strip('"') for token in body.split()]
+    return arrays
+
+
+def script_defaults(text: str) -> dict[str, str]:
+    """The script's `NAME="${NAME:-default}"` overridable defaults."""
+    return dict(re.findall(r'^(\w+)="\$\{\1:-([^}]*)\}"', text, flags=re.M))
+
+
+def _computed(text: str, name: str, config: Path) -> str:
+    """The value the script's `NAME="$(...)"` line computes for `config`."""
+    line = re.search(rf'^{name}="\$\(.*?\)"$', text, flags=re.S | re.M).group(0)
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "CONFIG": str(config),
+           "PYTHONPATH": f"{ROOT}:{ROOT / 'src'}"}
+    return subprocess.run(["bash", "-c", f'{line}\nprintf %s "${name}"'], env=env, check=True,
+                          capture_output=True, text=True).stdout
+
+
+def _set_flags(args: Namespace, tokens: list[str], values: dict[str, str]) -> None:
+    """argparse's reading of one array: a flag followed by a flag (or nothing) is a switch."""
+    for i, token in enumerate(tokens):
+        if not FLAG.fullmatch(token):
+            continue
+        value = tokens[i + 1] if i + 1 < len(tokens) else None
+        key = token[2:].replace("-", "_")
+        if value is None or FLAG.fullmatch(value):
+            setattr(args, key, True)
+            continue
+        value = re.sub(r"\$\{?(\w+)\}?", lambda m: values.get(m.group(1), m.group(0)), value)
+        for cast in (int, float):
+            try:
+                value = cast(value)
+                break
+            except ValueError:
+                continue
+        setattr(args, key, value)
+
+
+def _slime_derivations(args: Namespace) -> Namespace:
+    """What `slime_validate_args` derives that we rely on (slime/utils/arguments.py:1968-1979)."""
+    if args.eval_function_path is None:
+        args.eval_function_path = args.rollout_function_path
+    if args.num_steps_per_rollout is not None:
+        derived = args.rollout_batch_size * args.n_samples_per_prompt // args.num_steps_per_rollout
+        assert args.global_batch_size in (None, derived), "slime asserts that they agree"
+        args.global_batch_size = derived
+    return args
+
+
+def launcher_args(config: Path = ROOT / "configs/alfworld.yaml") -> Namespace:
+    """slime's args from scripts/alfworld/train_alfworld.sh run with `config` (its defaults)."""
+    text = TRAIN_SCRIPT.read_text()
+    values = {**script_defaults(text), "HOOKS": HOOKS_MODULE,
+              "ROLLOUT_TOP_P": _computed(text, "ROLLOUT_TOP_P", config)}
+    args = Namespace(**SLIME_DEFAULTS)
+    for tokens in script_arrays(text).values():
+        _set_flags(args, tokens, values)
+    return _slime_derivations(args)

@@ -1,15 +1,30 @@
 """Our hooks' signatures, our stand-ins and the slime facts our design rests on, checked against
 slime at the pinned commit (read from the local mirror when present; skipped otherwise).
 
-slime's own plugin contract tests (slime/tests/plugin_contracts) can also be pointed at our hooks,
-from a slime checkout with this project importable (see `evolving_rl.slime_hooks` for the command).
-What to expect there: every signature and call-site check passes (the parameter tuples asserted
-below are theirs). Their behavioural probes cannot all pass by design: they call the rollout
-function with `args=None` and expect groups of exactly `n_samples_per_prompt` samples (ours needs
-our config and live servers, and its groups vary in size); they feed the reward post-process and
-the convert hook bare samples without our tag (ours refuse them with `ForeignSampleError` rather
-than train with made-up advantages and roles); and they assert that the loggers set
-`args.logged_rollout_id` / `args.logged_eval_rollout_id`, a side effect of their reference loggers.
+Record of slime's own plugin contract tests (tests/plugin_contracts at 624b824a) pointed at our
+hooks, run 2026-11-30 with the command in the `evolving_rl.slime_hooks` docstring (all six hook
+variables, `SLIME_CONTRACT_EVAL_FUNCTION_PATH` included), from `git archive` of the pin in
+/tmp/slime_pin, Python 3.11.7 with this project's venv plus `pylatexenc` 2.11 (slime's rm_hub
+imports it; the contract tests stub ray, sglang_router and transformers themselves):
+31 passed, 5 failed of 36 (32 / 4 without the eval-function variable, whose probe then checks
+slime's default). Every signature and call-site check passes (the parameter tuples asserted below
+are theirs), and so does the eval logger. The five failures are synthetic assumptions of the
+probes, not defects of the hooks:
+
+- test_plugin_rollout_contracts.py::test_rollout_function_path_contract_supports_user_override
+  and test_plugin_path_loading_contracts.py::test_path_loading_path_aligns_with_expected_format
+  [eval_function] call the rollout function with `args=None` (test_plugin_rollout_contracts.py:142,
+  test_plugin_path_loading_contracts.py:186): ours raises `ConfigError` because our config
+  travels on slime's args (`--custom-config-path`), and it needs live servers. The train probe
+  would then also want groups of exactly `n_samples_per_prompt` = 2 samples (:111); our groups
+  are explicit and vary in size.
+- test_plugin_runtime_hook_contracts.py::test_runtime_hook_path_aligns_with_expected_format
+  [custom_rollout_log] and [custom_reward_post_process] hand the hooks bare `Sample`s without
+  our tag (:100, :114): ours raise `ForeignSampleError` rather than log or train samples with
+  made-up roles and advantages. [custom_convert_samples_to_train_data] (:119) gives the same
+  untagged samples with an empty `Args`; it stops first at the missing `global_batch_size`
+  (`AttributeError`), which slime derives (slime/utils/arguments.py:1971-1979) and
+  `check_slime_args` requires.
 """
 
 from __future__ import annotations
@@ -18,9 +33,12 @@ import ast
 import dataclasses
 import inspect
 import re
+import subprocess
 
 import pytest
 from slime_fixtures import (
+    MIRROR,
+    SLIME_COMMIT,
     StandInEvalOutput,
     StandInSample,
     StandInTrainOutput,
@@ -130,6 +148,66 @@ def test_role_channel_survives_slime_data_path_to_the_loss():
     assert "if args.use_opd:\n        apply_opd_kl_to_advantages(" in loss_src
     for key in ("kl_coef", "train_metadata", "metadata"):
         assert key not in _string_list_after(model_src, "def forward_step")
+
+
+# Lines of slime at the pin that our settings, hooks and test stand-ins cite (file:line -> text).
+CITED_LINES = {
+    "slime/backends/megatron_utils/loss.py": {
+        551: 'with_entropy_grad = with_entropy and getattr(args, "entropy_coef", 0.0) != 0',
+        1114: "loss = pg_loss - args.entropy_coef * entropy_loss",
+        1335: "func = load_function(args.custom_loss_function_path)",
+        505: "log_probs_list.append(log_prob_full[start - 1 : end - 1])",
+        507: "entropy_list.append(entropy_full[start - 1 : end - 1])",
+    },
+    "slime/utils/ppo_utils.py": {277: "if not with_entropy_grad:",
+                                 278: "ctx.mark_non_differentiable(entropy)"},
+    "slime/utils/dp_schedule.py": {
+        135: "num_steps = len(rollout_ids) // global_batch_size",
+        169: "if target_K != len(step_mbs):",
+        170: "if args.use_dynamic_batch_size:",
+        179: 'f"static path: num_mbs ({len(step_mbs)}) is not a multiple of "',
+    },
+    "slime/utils/arguments.py": {
+        1968: "if args.eval_function_path is None:",
+        1969: "args.eval_function_path = args.rollout_function_path",
+        1972: "global_batch_size = args.rollout_batch_size * args.n_samples_per_prompt "
+              "// args.num_steps_per_rollout",
+        1979: "args.global_batch_size = global_batch_size",
+    },
+    "slime/backends/megatron_utils/model.py": {
+        203: "args.train_iters = args.num_rollout * args.rollout_batch_size "
+             "* args.n_samples_per_prompt // args.global_batch_size",
+    },
+    "slime/observability/metric_utils.py": {
+        122: "return rollout_id * args.rollout_batch_size * args.n_samples_per_prompt "
+             "// args.global_batch_size",
+    },
+    "slime/observability/logging_utils.py": {46: "if args.use_wandb:",
+                                             49: "if args.use_tensorboard:"},
+}
+
+
+@pytest.mark.parametrize("path", sorted(CITED_LINES))
+def test_cited_slime_lines_say_what_we_rely_on(path):
+    lines = mirror_file(path).splitlines()
+    for number, text in CITED_LINES[path].items():
+        assert lines[number - 1].strip() == text, f"{path}:{number}"
+
+
+def test_slime_reads_entropy_coef_only_for_the_gradient_switch_and_its_own_loss():
+    """With --loss-type custom_loss (slime/backends/megatron_utils/loss.py:1335) the value of
+    --entropy-coef cannot double-apply an entropy term: slime's only other use is its own
+    policy loss (loss.py:1114, `policy_loss_function`, which the custom loss replaces)."""
+    source = mirror_file("slime/backends/megatron_utils/loss.py")  # skips without a mirror
+    hits = subprocess.run(["git", "-C", str(MIRROR), "grep", "-n", "entropy_coef", SLIME_COMMIT,
+                           "--", "*.py"], check=True, capture_output=True, text=True).stdout
+    places = [":".join(hit.split(":")[1:3]) for hit in hits.splitlines()
+              if not hit.split(":")[1].startswith("tests/")]
+    assert places == ["slime/backends/megatron_utils/loss.py:551",
+                      "slime/backends/megatron_utils/loss.py:1114"]
+    owner = next(node.name for node in ast.walk(ast.parse(source))
+                 if isinstance(node, ast.FunctionDef) and node.lineno <= 1114 <= node.end_lineno)
+    assert owner == "policy_loss_function"
 
 
 @real_slime

@@ -10,14 +10,20 @@ Call sites mirrored (slime 624b824a):
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
+from argparse import Namespace
 
 import pytest
 import torch
 from slime_fixtures import (
     TEST_LOSS,
     FakeDataSource,
+    given_log_probs_and_entropy,
+    launcher_args,
+    logits_log_probs_and_entropy,
+    real_slime,
     realistic_samples,
     slime_batch,
     sum_of_token_reducer,
@@ -28,8 +34,9 @@ from evolving_rl.config import ConfigError
 from evolving_rl.losses import low_var_kl
 from evolving_rl.pipeline.types import Role
 from evolving_rl.slime_bridge import slime_api
+from evolving_rl.slime_bridge.loss import custom_policy_loss
 from evolving_rl.slime_bridge.samples import TAG_KEY, ForeignSampleError
-from evolving_rl.slime_bridge.settings import SlimeArgsError
+from evolving_rl.slime_bridge.settings import SlimeArgsError, check_slime_args, load_run_config
 
 
 def _rollout(slime_args, slime_types, rollout_id=0):
@@ -160,7 +167,8 @@ def _policy(train_data):
     torch.manual_seed(0)
     params = [torch.nn.Parameter(torch.tensor(lp) + 0.05 * torch.randn(len(lp)))
               for lp in train_data["rollout_log_probs"]]
-    entropies = [torch.full((len(lp),), 1.5) + 0.1 * torch.arange(len(lp)) for lp in params]
+    entropies = [torch.nn.Parameter(torch.full((len(lp),), 1.5) + 0.1 * torch.arange(len(lp)))
+                 for lp in params]
     return params, entropies
 
 
@@ -183,7 +191,8 @@ def test_per_sample_role_reaches_the_loss_with_its_coefficients(
     log_probs, entropies = _policy(data)
     ref = [torch.tensor(lp) - 0.3 for lp in data["rollout_log_probs"]]
     batch = slime_batch(data, log_probs, ref)
-    monkeypatch.setattr(slime_api, "log_probs_and_entropy", lambda *_: (log_probs, entropies))
+    monkeypatch.setattr(slime_api, "log_probs_and_entropy",
+                        given_log_probs_and_entropy(log_probs, entropies))
     logits = torch.zeros(1, sum(batch["total_lengths"]), 8)
     loss, metrics = slime_hooks.policy_loss(slime_args, batch, logits, sum_of_token_reducer(batch))
     roles = [s.role for s in realistic_samples()]
@@ -204,6 +213,10 @@ def test_per_sample_role_reaches_the_loss_with_its_coefficients(
     loss.backward()
     assert all(p.grad is not None for p in log_probs)
     assert log_probs[3].grad[5:10].abs().sum().item() == 0.0  # observation tokens get no gradient
+    # Entropy gradient per token = -(the role's entropy coefficient) on trainable tokens.
+    for entropy, mask, role in zip(entropies, data["loss_masks"], roles, strict=True):
+        expected = -TEST_LOSS["entropy_coef"][role.value] * torch.tensor(mask).float()
+        assert torch.allclose(entropy.grad, expected, atol=1e-6)
 
 
 def test_loss_without_role_channel_fails_loudly(slime_args, slime_types, fake_pipeline,
@@ -213,14 +226,105 @@ def test_loss_without_role_channel_fails_loudly(slime_args, slime_types, fake_pi
     log_probs, entropies = _policy(data)
     batch = slime_batch(data, log_probs, [lp.detach() for lp in log_probs])
     batch["teacher_log_probs"] = None
-    monkeypatch.setattr(slime_api, "log_probs_and_entropy", lambda *_: (log_probs, entropies))
+    monkeypatch.setattr(slime_api, "log_probs_and_entropy",
+                        given_log_probs_and_entropy(log_probs, entropies))
     with pytest.raises(RuntimeError, match="role channel"):
         slime_hooks.policy_loss(slime_args, batch, torch.zeros(1, 4, 8),
                                 sum_of_token_reducer(batch))
 
 
+@real_slime
+def test_real_slime_schedules_a_rollout_of_any_size_only_with_dynamic_batches(
+        slime_args, slime_types, fake_pipeline):
+    """slime's own DP schedule on our convert hook's output of an odd sample count (7), DP 2,
+    micro-batch 1: the static path refuses it (slime/utils/dp_schedule.py:169-185), the dynamic
+    one makes exactly one optimiser step of `global_batch_size` rollouts."""
+    from slime.utils.dp_schedule import build_dp_schedule
+
+    data = slime_hooks.convert_samples_to_train_data(
+        slime_args, _flat(_rollout(slime_args, slime_types))[:7])
+    parallel = {"dp_size": 2, "cp_size": 1, "vpp_size": 1, "microbatch_group_size_per_vp_stage": 1}
+
+    def schedule(dynamic: bool):
+        args = Namespace(use_dynamic_batch_size=dynamic, max_tokens_per_gpu=16384,
+                         micro_batch_size=1, balance_by_flops=False, balance_data=False)
+        return build_dp_schedule(args, parallel, [len(t) for t in data["tokens"]],
+                                 global_batch_size=slime_args.global_batch_size,
+                                 rollout_indices=data["rollout_ids"])
+
+    with pytest.raises(AssertionError, match="static path"):
+        schedule(False)
+    _, _, num_microbatches, global_batch_sizes = schedule(True)
+    assert len(num_microbatches) == 1 and global_batch_sizes == [slime_args.global_batch_size]
+
+
+VOCAB = 16
+
+
+def _logits(batch) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(0)
+    return torch.randn(1, sum(batch["total_lengths"]), VOCAB, generator=generator)
+
+
+def _entropy_term_gradient(args, batch, config) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, d loss / d logits of the entropy term alone): the loss gradient minus the one with
+    every entropy coefficient at 0, through slime's log-prob/entropy computation."""
+    silent = dataclasses.replace(config, loss=dataclasses.replace(
+        config.loss, entropy_coef=dataclasses.replace(config.loss.entropy_coef, solver=0.0,
+                                                      extractor=0.0)))
+    grads, losses = [], []
+    for cfg in (config, silent):
+        logits = _logits(batch).requires_grad_()
+        loss, _ = custom_policy_loss(args, batch, logits, sum_of_token_reducer(batch), cfg)
+        loss.backward()
+        grads.append(logits.grad)
+        losses.append(loss.detach())
+    return losses[0], grads[0] - grads[1]
+
+
+def _expected_entropy_gradient(batch) -> torch.Tensor:
+    """d/d logits of sum over trainable tokens of -entropy_coef(role) * entropy."""
+    logits = _logits(batch).requires_grad_()
+    _, entropies = logits_log_probs_and_entropy(Namespace(entropy_coef=1.0), batch, logits)
+    roles = [Role.EXTRACTOR if bool(codes[0]) else Role.SOLVER
+             for codes in batch["teacher_log_probs"]]
+    term = sum((-TEST_LOSS["entropy_coef"][role.value] * h * mask).sum()
+               for h, mask, role in zip(entropies, batch["loss_masks"], roles, strict=True))
+    return torch.autograd.grad(term, logits)[0]
+
+
+def test_extractor_entropy_is_trained_only_with_the_launchers_entropy_coef(
+        slime_args, slime_types, fake_pipeline, monkeypatch):
+    """slime detaches the entropy when --entropy-coef is 0, its default: the extractor's -0.03
+    term then changes nothing but the logged loss. With the launcher's args it gets exactly its
+    per-role gradient, and our check refuses the silent case."""
+    data = slime_hooks.convert_samples_to_train_data(
+        slime_args, _flat(_rollout(slime_args, slime_types)))
+    old = [torch.tensor(lp) for lp in data["rollout_log_probs"]]
+    batch = slime_batch(data, old, [lp - 0.3 for lp in old])
+    batch["unconcat_tokens"] = [tokens % VOCAB for tokens in batch["unconcat_tokens"]]
+    monkeypatch.setattr(slime_api, "log_probs_and_entropy", logits_log_probs_and_entropy)
+    config = load_run_config(slime_args)
+    slime_default = Namespace(**{**vars(slime_args), "entropy_coef": 0.0})
+    launched = Namespace(**{**vars(slime_args), "entropy_coef": launcher_args().entropy_coef})
+
+    silent_loss, silent = _entropy_term_gradient(slime_default, batch, config)
+    assert torch.allclose(silent, torch.zeros_like(silent), atol=1e-7)
+    with pytest.raises(SlimeArgsError, match="--entropy-coef"):
+        check_slime_args(slime_default, config)
+
+    loss, trained = _entropy_term_gradient(launched, batch, config)
+    expected = _expected_entropy_gradient(batch)
+    assert expected.abs().sum().item() > 1e-2
+    assert torch.allclose(trained, expected, atol=1e-6)
+    assert loss.item() == pytest.approx(silent_loss.item(), rel=1e-6)  # same value either way
+    check_slime_args(launched, config)
+
+
 @pytest.fixture
-def emitted(monkeypatch):
+def emitted(monkeypatch, slime_args):
+    """What the loggers send to slime's sinks, with TensorBoard on."""
+    slime_args.use_tensorboard = True
     sink: list = []
     monkeypatch.setattr(slime_api, "default_rollout_metrics", lambda args, s, t: {"rollout/x": 1})
     monkeypatch.setattr(slime_api, "emit_metrics",
@@ -252,6 +356,21 @@ def test_eval_logger_emits_protocol_metrics(slime_args, emitted):
     data = {"valid_unseen": {"rewards": [], "truncated": [], "samples": []}}
     assert slime_hooks.log_eval_rollout(4, slime_args, data, metrics) is True
     assert emitted == [(4, "eval/step", metrics)]
+    assert slime_args.logged_eval_rollout_id == 4
+
+
+def test_loggers_without_a_sink_only_log_and_record_the_rollout_id(
+        slime_args, slime_types, fake_pipeline, emitted):
+    """slime's plugin contract probes the loggers with a bare args object (no sink flags) and
+    expects `logged_rollout_id` / `logged_eval_rollout_id` set, as its reference loggers do."""
+    slime_args.use_tensorboard = False
+    output = _rollout(slime_args, slime_types)
+    assert slime_hooks.log_rollout(3, slime_args, _flat(output), output.metrics, 1.0) is True
+    assert slime_args.logged_rollout_id == 3
+    bare = type("Args", (), {})()
+    assert slime_hooks.log_eval_rollout(4, bare, {}, {"acc": 1.0}) is True
+    assert bare.logged_eval_rollout_id == 4
+    assert emitted == []
 
 
 def test_pipeline_failure_propagates(slime_args, slime_types, fake_pipeline, monkeypatch):

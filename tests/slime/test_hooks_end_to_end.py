@@ -16,7 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from slime_fixtures import TEST_LOSS, slime_batch, sum_of_token_reducer
+from slime_fixtures import (
+    TEST_LOSS,
+    given_log_probs_and_entropy,
+    slime_batch,
+    sum_of_token_reducer,
+)
 
 from env.launch import free_port
 from evolving_rl import slime_hooks
@@ -117,9 +122,10 @@ def test_rollout_convert_and_loss_through_slime_entry_points(e2e, slime_types, m
 
     policy = [torch.tensor(lp, dtype=torch.float32, requires_grad=True)
               for lp in train["rollout_log_probs"]]
-    entropies = [torch.zeros(len(lp)) for lp in policy]
+    entropies = [torch.zeros(len(lp), requires_grad=True) for lp in policy]
     batch = slime_batch(train, policy, [lp.detach() - 0.1 for lp in policy])
-    monkeypatch.setattr(slime_api, "log_probs_and_entropy", lambda *_: (policy, entropies))
+    monkeypatch.setattr(slime_api, "log_probs_and_entropy",
+                        given_log_probs_and_entropy(policy, entropies))
     logits = torch.zeros(1, sum(batch["total_lengths"]), 8)
     loss, _ = slime_hooks.policy_loss(args, batch, logits, sum_of_token_reducer(batch))
     loss.backward()
@@ -127,3 +133,6 @@ def test_rollout_convert_and_loss_through_slime_entry_points(e2e, slime_types, m
     for log_prob, mask in zip(policy, train["loss_masks"], strict=True):
         masked_out = torch.tensor(mask) == 0
         assert log_prob.grad[masked_out].abs().sum().item() == 0.0  # observations: no gradient
+    for entropy, mask, tag in zip(entropies, train["loss_masks"], tags, strict=True):
+        expected = -TEST_LOSS["entropy_coef"][tag["role"]] * torch.tensor(mask).float()
+        assert torch.allclose(entropy.grad, expected, atol=1e-6)  # slime keeps it differentiable

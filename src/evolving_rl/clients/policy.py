@@ -7,13 +7,25 @@ plus `SGLangPolicyClient`, which posts token ids to SGLang's `/generate` with
 re-tokenised. Every request carries its own `rid`; when the calling task is cancelled (an episode
 aborted), the client posts `/abort_request {"rid": ...}` so SGLang stops generating for nobody.
 A generation is retried only when the connection was refused before the request was sent.
+
+Top-p replay (the slime path, `SGLangPolicyClient(..., top_p_replay=True)`): a request with
+top_p < 1 also sends `sampling_params.custom_params = {"return_top_p_token_ids": true}`, as slime's
+own rollout does (slime/rollout/sglang_rollout.py:106-107), and the answer must carry the nucleus
+of every sampled token: `meta_info.top_p_token_ids` / `top_p_token_offsets` (or the
+`top_p_kept_*` names), int32 arrays as JSON lists or base64 of native int32 bytes (read as
+slime/utils/types.py:9-36 and slime/utils/misc.py:13-35 read them). It lands in
+`Generation.nucleus`. Without replay nothing slime-specific is sent, and a nucleus in an answer is
+still read (and validated) when present.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import logging
 import uuid
+from array import array
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -28,11 +40,14 @@ from evolving_rl.clients.http import (
     post_json,
 )
 from evolving_rl.config.schema import ClientConfig, SamplingConfig
+from evolving_rl.core.nucleus import Nucleus, nucleus_problem
 from evolving_rl.core.strenum import StrEnum
 
 logger = logging.getLogger(__name__)
 
 ABORT_TIMEOUT_S = 5.0
+NUCLEUS_ID_KEYS = ("top_p_token_ids", "top_p_kept_token_ids")
+NUCLEUS_OFFSET_KEYS = ("top_p_token_offsets", "top_p_kept_token_offsets")
 
 
 class PolicyError(RuntimeError):
@@ -63,7 +78,9 @@ class SamplingParams:
         """The same parameters with at most `max_new_tokens` new tokens."""
         return replace(self, max_new_tokens=min(self.max_new_tokens, max_new_tokens))
 
-    def to_sglang(self) -> dict[str, Any]:
+    def to_sglang(self, return_nucleus: bool = False) -> dict[str, Any]:
+        """SGLang's `sampling_params`; `return_nucleus` asks slime's patched SGLang for the
+        nucleus of every sampled token."""
         params: dict[str, Any] = {
             "temperature": self.temperature,
             "top_p": self.top_p,
@@ -73,20 +90,27 @@ class SamplingParams:
         if self.stop:
             params["stop"] = list(self.stop)
             params["no_stop_trim"] = True  # keep text and ids consistent
+        if return_nucleus:
+            params["custom_params"] = {"return_top_p_token_ids": True}
         return params
 
 
 @dataclass(frozen=True)
 class Generation:
-    """The exact sampled ids, one log-prob per id, and why sampling stopped."""
+    """The exact sampled ids, one log-prob per id, why sampling stopped and, under top-p
+    replay, the nucleus each id was sampled from (one span per id)."""
 
     token_ids: tuple[int, ...]
     log_probs: tuple[float, ...]
     finish_reason: FinishReason
+    nucleus: Nucleus | None = None
 
     def __post_init__(self) -> None:
         if len(self.token_ids) != len(self.log_probs):
             raise ValueError(f"{len(self.token_ids)} ids but {len(self.log_probs)} log-probs")
+        if self.nucleus is not None and self.nucleus.n_tokens != len(self.token_ids):
+            raise ValueError(f"{len(self.token_ids)} ids but a nucleus of "
+                             f"{self.nucleus.n_tokens} spans")
 
 
 class PolicyClient(Protocol):
@@ -95,8 +119,48 @@ class PolicyClient(Protocol):
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation: ...
 
 
-def parse_sglang_response(data: dict[str, Any]) -> Generation:
-    """Read ids, log-probs and the finish reason from a `/generate` answer."""
+def _int32_array(key: str, value: Any) -> list[int]:
+    """An int32 array of `meta_info`: a JSON list, or base64 of native int32 bytes."""
+    if isinstance(value, str):
+        try:
+            raw = base64.b64decode(value.encode("ascii"), validate=True)
+        except (binascii.Error, UnicodeEncodeError) as error:
+            raise PolicyError(f"meta_info.{key} is not base64: {error}") from None
+        if len(raw) % 4:
+            raise PolicyError(f"meta_info.{key} has {len(raw)} bytes, not whole int32 values")
+        values = array("i")
+        values.frombytes(raw)
+        return values.tolist()
+    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool)
+                                       for v in value):
+        return value
+    raise PolicyError(f"meta_info.{key} is neither an int list nor base64 int32 bytes")
+
+
+def _first_present(meta: dict[str, Any], keys: tuple[str, ...]) -> list[int] | None:
+    for key in keys:
+        if meta.get(key) is not None:
+            return _int32_array(key, meta[key])
+    return None
+
+
+def parse_nucleus(meta: dict[str, Any], n_tokens: int) -> Nucleus | None:
+    """The nucleus of `n_tokens` sampled ids from `meta_info`; None when the answer has none."""
+    token_ids = _first_present(meta, NUCLEUS_ID_KEYS)
+    offsets = _first_present(meta, NUCLEUS_OFFSET_KEYS)
+    if token_ids is None and offsets is None:
+        return None
+    if token_ids is None or offsets is None:
+        raise PolicyError("SGLang top-p replay must include both token ids and offsets")
+    problem = nucleus_problem(token_ids, offsets, n_tokens)
+    if problem:
+        raise PolicyError(f"malformed top-p nucleus: {problem}")
+    return Nucleus(tuple(token_ids), tuple(offsets))
+
+
+def parse_sglang_response(data: dict[str, Any], nucleus_required: bool = False) -> Generation:
+    """Read ids, log-probs, the finish reason and any nucleus from a `/generate` answer;
+    `nucleus_required`: a non-empty, non-aborted generation without a nucleus is an error."""
     meta = data.get("meta_info")
     if not isinstance(meta, dict):
         raise PolicyError("SGLang answer has no meta_info")
@@ -114,30 +178,42 @@ def parse_sglang_response(data: dict[str, Any]) -> Generation:
         reason = FinishReason(kind)
     except ValueError:
         raise PolicyError(f"unknown finish_reason {finish!r}") from None
-    return Generation(token_ids, log_probs, reason)
+    nucleus = parse_nucleus(meta, len(token_ids))
+    if nucleus is None and nucleus_required and token_ids and reason is not FinishReason.ABORT:
+        raise PolicyError(
+            "SGLang returned no top_p_token_ids although custom_params.return_top_p_token_ids "
+            "was set: --rollout-top-p < 1 needs slime's SGLang top-p patch "
+            "(slime docker/patch/latest/sglang-top_p.patch)")
+    return Generation(token_ids, log_probs, reason, nucleus)
 
 
 class SGLangPolicyClient:
-    """`PolicyClient` over SGLang's native `/generate` (directly or through its router)."""
+    """`PolicyClient` over SGLang's native `/generate` (directly or through its router);
+    `top_p_replay` asks for the nucleus of every top-p < 1 generation (module docstring)."""
 
-    def __init__(self, session: aiohttp.ClientSession, base_url: str, cfg: ClientConfig) -> None:
+    def __init__(self, session: aiohttp.ClientSession, base_url: str, cfg: ClientConfig,
+                 top_p_replay: bool = False) -> None:
         self._session = session
         self._base_url = base_url.rstrip("/")
         self._cfg = cfg
         self._retry = RetryPolicy(cfg.max_retries, cfg.retry_backoff_s)
+        self._top_p_replay = top_p_replay
 
     @classmethod
-    def open(cls, base_url: str, cfg: ClientConfig) -> SGLangPolicyClient:
+    def open(cls, base_url: str, cfg: ClientConfig,
+             top_p_replay: bool = False) -> SGLangPolicyClient:
         """A client with its own connection pool; call inside the event loop, `close` after."""
-        return cls(new_session(cfg.pool_size, cfg.policy_timeout_s), base_url, cfg)
+        return cls(new_session(cfg.pool_size, cfg.policy_timeout_s), base_url, cfg, top_p_replay)
 
     async def close(self) -> None:
         await self._session.close()
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         rid = uuid.uuid4().hex
+        replay = self._top_p_replay and sampling.top_p < 1.0
         body = {"rid": rid, "input_ids": list(prompt_ids),
-                "sampling_params": sampling.to_sglang(), "return_logprob": True}
+                "sampling_params": sampling.to_sglang(return_nucleus=replay),
+                "return_logprob": True}
         try:
             data = await post_json(self._session, f"{self._base_url}/generate", body,
                                    retry=Retry.CONNECT, policy=self._retry,
@@ -150,7 +226,7 @@ class SGLangPolicyClient:
                     error.__cause__, asyncio.TimeoutError):
                 await asyncio.shield(self._abort(rid))
             raise PolicyError(str(error)) from error
-        return parse_sglang_response(data)
+        return parse_sglang_response(data, nucleus_required=replay)
 
     async def _abort(self, rid: str) -> None:
         """Ask the server to stop request `rid`; best effort, never raises."""

@@ -28,12 +28,12 @@ class SamplingConfig:
 class RoleSampling:
     """Sampling per role for training rollouts and for greedy evaluation."""
 
-    solver: SamplingConfig = field(default_factory=SamplingConfig)
+    solver: SamplingConfig = field(default_factory=lambda: SamplingConfig(top_p=0.9))
     extractor: SamplingConfig = field(
-        default_factory=lambda: SamplingConfig(max_new_tokens=1024))
+        default_factory=lambda: SamplingConfig(top_p=0.9, max_new_tokens=1536))
     eval_solver: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=0.0))
     eval_extractor: SamplingConfig = field(
-        default_factory=lambda: SamplingConfig(temperature=0.0, max_new_tokens=1024))
+        default_factory=lambda: SamplingConfig(temperature=0.0, max_new_tokens=4096))
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,9 @@ class PipelineConfig:
     # scaffolding for small models. The parser sees prefix + sampled text.
     solver_reply_prefix: str = ""
     extractor_reply_prefix: str = ""
+    # The skill the extractor writes (`core.skill.SkillFormat`): the paper's schema and card,
+    # or five fields for small models.
+    skill_format: Literal["reference", "compact"] = "reference"
 
     def validate(self) -> None:
         if self.max_turn_tokens >= self.max_context_tokens:
@@ -112,12 +115,28 @@ class LossConfig:
 
 @dataclass(frozen=True)
 class AuditSettings:
-    """Rule-based language audit of extracted skills."""
+    """Rule-based language audit of extracted skills: every field but `enabled` is the
+    `core.audit.AuditConfig` field of that name (the reference's rules and values; the n-gram
+    rule is ours and off unless `ngram_check`)."""
 
     enabled: bool = True
-    max_non_latin_ratio: float = bounded(0.0, ge=0.0, le=1.0)
-    max_char_run: int = bounded(40, ge=2)
+    max_char_run: int = bounded(8, ge=2)
+    max_token_run: int = bounded(8, ge=2)
+    min_chunk_tokens: int = bounded(2, ge=1)
+    max_chunk_tokens: int = bounded(4, ge=1)
+    min_chunk_chars: int = bounded(8, ge=0)
+    min_chunk_repeats: int = bounded(4, ge=2)
+    min_line_repeats: int = bounded(3, ge=2)
+    min_line_share: float = bounded(0.5, ge=0.0, le=1.0)
+    min_line_chars: int = bounded(12, ge=0)
+    ngram_check: bool = False
+    ngram_size: int = bounded(4, ge=1)
+    min_words_for_ngram_check: int = bounded(40, ge=0)
     min_unique_ngram_ratio: float = bounded(0.3, ge=0.0, le=1.0)
+
+    def validate(self) -> None:
+        if self.max_chunk_tokens < self.min_chunk_tokens:
+            raise ConfigError("max_chunk_tokens", "must be >= min_chunk_tokens")
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,14 @@
 """Pure core of Evolving-RL: stdlib only, no I/O, tested on CPU.
 
 Modules:
-  skill    skill schema, tolerant JSON parsing, validation, Markdown card, schema text
+  skill    skill formats (reference, compact): parsing, validation, Markdown card; its
+           parts are skill_reference, skill_compact, skill_search and skill_fields
   audit    rule-based language audit of skill text
   rewards  extractor reward from downstream outcomes, solver outcome reward
   roles    the solver/extractor roles and their advantage weights
   grpo     GRPO advantages over explicit group ids
   grid     N x K x R downstream grid arithmetic and group ids
+  nucleus  top-p nucleus of sampled tokens in slime's flat (ids, offsets) form
   actions  `<action>` tag, ALFWorld command and Mind2Web action parsing
   strenum  str-valued Enum used by every status/reason type
 """
@@ -21,7 +23,7 @@ from evolving_rl.core.actions import (
     parse_alfworld_action,
     parse_web_action,
 )
-from evolving_rl.core.audit import AuditConfig, AuditResult, AuditRule, audit_skill, audit_text
+from evolving_rl.core.audit import AuditConfig, AuditResult, AuditRule, audit_text
 from evolving_rl.core.grid import Cell, Grid, extractor_group_id, solver_group_id
 from evolving_rl.core.grpo import GroupAdvantages, GroupStats, group_advantages
 from evolving_rl.core.rewards import (
@@ -36,7 +38,9 @@ from evolving_rl.core.rewards import (
 from evolving_rl.core.roles import Role, RoleWeights, apply_role_weights
 from evolving_rl.core.skill import (
     ParseReason,
+    ReferenceSkill,
     Skill,
+    SkillFormat,
     SkillParseResult,
     parse_skill,
     render_skill_card,
@@ -58,16 +62,17 @@ __all__ = [
     "GroupAdvantages",
     "GroupStats",
     "ParseReason",
+    "ReferenceSkill",
     "RewardConfig",
     "Role",
     "RoleWeights",
     "Skill",
+    "SkillFormat",
     "SkillParseResult",
     "WebAction",
     "WebActionParse",
     "WebOp",
     "apply_role_weights",
-    "audit_skill",
     "audit_text",
     "extract_action",
     "extractor_group_id",

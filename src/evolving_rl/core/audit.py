@@ -1,37 +1,64 @@
-"""Rule-based language audit of skill text: invisible Unicode, non-English script, repetition.
+"""Rule-based language audit of skill text: the reference's rules, plus an optional n-gram rule.
 
-Owns `AuditConfig` (thresholds; the config layer maps YAML onto it), the rules, and
-`audit_text` / `audit_skill`, which return the first rule that fires, checked in this order:
+Owns `AuditConfig` (thresholds; the config layer maps the `audit:` YAML section onto it), the
+rules, and `audit_text`, which returns the first rule that fires. The default rules are those of
+the reference, which zeroes the extractor reward when any of them fires (Fanzy27/Evolving-RL
+src/utils/skill_audit.py; "ref:N" below is a line of that file). They read `text.strip()`
+(ref:277) and are checked in this order:
 
-  suspicious_unicode   a control char other than \\n and \\t, or a char of category Cf (format:
-                       zero-width U+200B..U+200F, U+2060..U+2064, U+FEFF, bidi controls
-                       U+202A..U+202E, U+2066..U+2069, ...), Co (private use), Cs (surrogate),
-                       Cn (unassigned), Zl or Zp (line/paragraph separators);
-  non_english          the share of alphabetic chars whose Unicode name does not start with
-                       "LATIN" exceeds `max_non_latin_ratio` (default 0: any CJK, Cyrillic or
-                       Greek letter, or a full-width Latin letter, fails);
-  repeated_char_run    one non-space char repeated more than `max_char_run` times in a row;
-  repeated_segment     one line or sentence (case- and space-normalised, at least
-                       `min_segment_chars` long) occurring more than `max_segment_repeats` times;
-  low_ngram_diversity  for texts of at least `min_words_for_ngram_check` words, distinct word
-                       n-grams / all word n-grams below `min_unique_ngram_ratio`.
-Every rule is linear in the text length.
+  suspicious_unicode   a char other than \\n \\r \\t that is U+FFFD, a control char (ord < 32 or
+                       127), of category Cf, Cs, Co or Cn, or whose Unicode name contains one of
+                       `SUSPICIOUS_NAME_KEYWORDS` (ref:24-33, 85-115);
+  non_english          a non-ASCII char whose category is not S*, P* or Z*: non-ASCII letters
+                       (accented Latin included), digits and marks fail, non-ASCII symbols,
+                       punctuation and spaces pass (ref:118-138);
+then on the text with every run of spaces and tabs collapsed to one space (ref:142):
+  repeated_char_run    `max_char_run` identical consecutive chars other than \\n: the
+                       reference's `(.)\\1{7,}` has no DOTALL, so runs of newlines pass (ref:146);
+  repeated_token_run   `max_token_run` identical consecutive whitespace-separated tokens,
+                       lowercased (ref:150-159);
+  repeated_chunk       `min_chunk_tokens`..`max_chunk_tokens` tokens whose space-joined text has
+                       at least `min_chunk_chars` chars, repeated `min_chunk_repeats` times in a
+                       row (ref:161-176);
+then on the uncollapsed text:
+  repeated_line        one line (stripped, lowercased, at least `min_line_chars` long) occurring
+                       at least `min_line_repeats` times and making up at least
+                       `min_line_share` of the non-blank lines (ref:178-185);
+  low_ngram_diversity  ours, only with `ngram_check`: for texts of at least
+                       `min_words_for_ngram_check` words, distinct word n-grams / all word
+                       n-grams below `min_unique_ngram_ratio`.
+The reference reports every rule that fires; reporting the first gives the same pass/fail. Each
+rule is linear in the text length.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from evolving_rl.core.skill import Skill
 from evolving_rl.core.strenum import StrEnum
 
-_SUSPICIOUS_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp"})
-_ALLOWED_CONTROLS = frozenset("\n\t")
-_ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-_SEGMENT_SPLIT = re.compile(r"[\n.!?;]+")
+SUSPICIOUS_NAME_KEYWORDS = (
+    "ZERO WIDTH",
+    "FULLWIDTH",
+    "HALFWIDTH",
+    "MATHEMATICAL",
+    "MODIFIER LETTER",
+    "COMBINING",
+    "PRIVATE USE",
+    "SMALL FORM VARIANT",
+)
+_SUSPICIOUS_CATEGORIES = frozenset({"Cf", "Cs", "Co", "Cn"})
+# Printable ASCII, \n, \r and \t are never suspicious; only the other chars are looked up.
+_MAYBE_SUSPICIOUS = re.compile(r"[^\t\n\r\x20-\x7e]")
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+_SPACES_AND_TABS = re.compile(r"[ \t]+")
+_CHAR_RUN = re.compile(r"(.)\1+")  # `.` stops at \n, as in the reference
+_TOKEN = re.compile(r"\S+")
 _WORD = re.compile(r"\w+")
 
 
@@ -39,36 +66,52 @@ class AuditRule(StrEnum):
     SUSPICIOUS_UNICODE = "suspicious_unicode"
     NON_ENGLISH = "non_english"
     REPEATED_CHAR_RUN = "repeated_char_run"
-    REPEATED_SEGMENT = "repeated_segment"
+    REPEATED_TOKEN_RUN = "repeated_token_run"
+    REPEATED_CHUNK = "repeated_chunk"
+    REPEATED_LINE = "repeated_line"
     LOW_NGRAM_DIVERSITY = "low_ngram_diversity"
 
 
 @dataclass(frozen=True)
 class AuditConfig:
-    """Audit thresholds (see the module docstring for what each bounds)."""
+    """Audit thresholds (see the module docstring); the defaults are the reference's values.
 
-    max_non_latin_ratio: float = 0.0
-    max_char_run: int = 40
-    max_segment_repeats: int = 3
-    min_segment_chars: int = 12
+    The names follow the reference's constants (ref:35-39): a rule fires once a run reaches its
+    `max_*` length or a count or share reaches its `min_*` value (`max_char_run=8`: 8 fail).
+    """
+
+    max_char_run: int = 8
+    max_token_run: int = 8
+    min_chunk_tokens: int = 2
+    max_chunk_tokens: int = 4
+    min_chunk_chars: int = 8
+    min_chunk_repeats: int = 4
+    min_line_repeats: int = 3
+    min_line_share: float = 0.5
+    min_line_chars: int = 12
+    ngram_check: bool = False
     ngram_size: int = 4
     min_words_for_ngram_check: int = 40
     min_unique_ngram_ratio: float = 0.3
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.max_non_latin_ratio <= 1.0:
+        minimums = {
+            2: ("max_char_run", "max_token_run", "min_chunk_repeats", "min_line_repeats"),
+            1: ("min_chunk_tokens", "ngram_size"),
+            0: ("min_chunk_chars", "min_line_chars", "min_words_for_ngram_check"),
+        }
+        for minimum, names in minimums.items():
+            for name in names:
+                if getattr(self, name) < minimum:
+                    raise ValueError(f"{name} must be >= {minimum}, got {getattr(self, name)}")
+        if self.max_chunk_tokens < self.min_chunk_tokens:
             raise ValueError(
-                f"max_non_latin_ratio must be in [0, 1], got {self.max_non_latin_ratio}"
+                f"max_chunk_tokens ({self.max_chunk_tokens}) must be >= min_chunk_tokens "
+                f"({self.min_chunk_tokens})"
             )
-        if not 0.0 <= self.min_unique_ngram_ratio <= 1.0:
-            raise ValueError(
-                f"min_unique_ngram_ratio must be in [0, 1], got {self.min_unique_ngram_ratio}"
-            )
-        for name in ("max_char_run", "max_segment_repeats", "ngram_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.min_segment_chars < 0 or self.min_words_for_ngram_check < 0:
-            raise ValueError("min_segment_chars and min_words_for_ngram_check must be >= 0")
+        for name in ("min_line_share", "min_unique_ngram_ratio"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
@@ -83,53 +126,87 @@ class AuditResult:
 _PASS = AuditResult(True, None, "")
 
 
+def suspicious_name_keyword(name: str) -> str | None:
+    """The first of `SUSPICIOUS_NAME_KEYWORDS` inside a Unicode character name, if any."""
+    return next((keyword for keyword in SUSPICIOUS_NAME_KEYWORDS if keyword in name), None)
+
+
 def _char_label(char: str) -> str:
     return f"U+{ord(char):04X} {unicodedata.name(char, 'UNNAMED')}"
 
 
-def _suspicious_unicode(text: str) -> str | None:
-    if text.isascii():
-        match = _ASCII_CONTROL.search(text)
-        return f"{_char_label(match.group())} at {match.start()}" if match else None
-    for index, char in enumerate(text):
-        if char in _ALLOWED_CONTROLS or (char.isascii() and char.isprintable()):
-            continue
-        if unicodedata.category(char) in _SUSPICIOUS_CATEGORIES:
-            return f"{_char_label(char)} at {index}"
+def _suspicious_reason(char: str) -> str | None:
+    if char == "\ufffd":
+        return "replacement character"
+    if ord(char) < 32 or ord(char) == 127:
+        return "control character"
+    category = unicodedata.category(char)
+    if category in _SUSPICIOUS_CATEGORIES:
+        return f"category {category}"
+    keyword = suspicious_name_keyword(unicodedata.name(char, ""))
+    return f"name has {keyword}" if keyword else None
+
+
+def _suspicious_unicode(text: str, start: int, end: int) -> str | None:
+    for match in _MAYBE_SUSPICIOUS.finditer(text, start, end):
+        reason = _suspicious_reason(match.group())
+        if reason is not None:
+            return f"{reason}: {_char_label(match.group())} at {match.start()}"
     return None
 
 
-def _non_english(text: str, max_ratio: float) -> str | None:
-    if text.isascii():
-        return None
-    letters = non_latin = 0
-    first: str | None = None
-    for char in text:
-        if not char.isalpha():
-            continue
-        letters += 1
-        if not char.isascii() and not unicodedata.name(char, "").startswith("LATIN "):
-            non_latin += 1
-            first = first or char
-    if first is None or non_latin / letters <= max_ratio:
-        return None
-    return f"{non_latin}/{letters} letters not Latin, first {_char_label(first)}"
+def _non_english(text: str, start: int, end: int) -> str | None:
+    for match in _NON_ASCII.finditer(text, start, end):
+        category = unicodedata.category(match.group())
+        if category[0] not in "SPZ":
+            return f"{_char_label(match.group())} ({category}) at {match.start()}"
+    return None
 
 
-def _repeated_char_run(text: str, max_run: int) -> str | None:
-    match = re.search(rf"(\S)\1{{{max_run},}}", text)
-    if match is None:
-        return None
-    return f"{match.group(1)!r} x{len(match.group())} at {match.start()}"
+def _repeated_char_run(collapsed: str, limit: int) -> str | None:
+    for match in _CHAR_RUN.finditer(collapsed):
+        if len(match.group()) >= limit:
+            return f"{match.group(1)!r} x{len(match.group())}"
+    return None
 
 
-def _repeated_segment(text: str, min_chars: int, max_repeats: int) -> str | None:
-    segments = (" ".join(part.lower().split()) for part in _SEGMENT_SPLIT.split(text))
-    counts = Counter(segment for segment in segments if len(segment) >= min_chars)
+def _repeated_token_run(tokens: list[str], limit: int) -> str | None:
+    for token, run in itertools.groupby(tokens):
+        length = sum(1 for _ in run)
+        if length >= limit:
+            return f"{token[:80]!r} x{length}"
+    return None
+
+
+def _repeated_chunk(tokens: list[str], config: AuditConfig) -> str | None:
+    """The first chunk repeated `min_chunk_repeats` times in a row, in linear time per size.
+
+    The chunk at `start` repeats k times iff each of the size * (k - 1) tokens after it equals
+    the token `size` places before it, so one streak count per size finds every such start.
+    """
+    needed = config.min_chunk_repeats - 1
+    for size in range(config.min_chunk_tokens, config.max_chunk_tokens + 1):
+        streak = 0
+        for index in range(len(tokens) - size):
+            streak = streak + 1 if tokens[index] == tokens[index + size] else 0
+            start = index - size * needed + 1
+            if streak < size * needed:
+                continue
+            chunk = " ".join(tokens[start : start + size])
+            if len(chunk) >= config.min_chunk_chars:
+                return f"{chunk[:80]!r} x{config.min_chunk_repeats}"
+    return None
+
+
+def _repeated_line(body: str, config: AuditConfig) -> str | None:
+    lines = [line.strip().lower() for line in body.splitlines() if line.strip()]
+    counts = Counter(line for line in lines if len(line) >= config.min_line_chars)
     if not counts:
         return None
-    segment, count = counts.most_common(1)[0]
-    return f"{count}x {segment[:80]!r}" if count > max_repeats else None
+    line, count = counts.most_common(1)[0]
+    if count < config.min_line_repeats or count / len(lines) < config.min_line_share:
+        return None
+    return f"{count}/{len(lines)} non-blank lines are {line[:80]!r}"
 
 
 def _low_ngram_diversity(text: str, config: AuditConfig) -> str | None:
@@ -144,26 +221,25 @@ def _low_ngram_diversity(text: str, config: AuditConfig) -> str | None:
     return f"{len(set(grams))}/{len(grams)} distinct {size}-grams ({ratio:.2f})"
 
 
+def _checks(text: str, config: AuditConfig) -> Iterator[tuple[AuditRule, str | None]]:
+    """Each rule with its finding, in order, computed only when the previous ones passed."""
+    start, end = len(text) - len(text.lstrip()), len(text.rstrip())
+    yield AuditRule.SUSPICIOUS_UNICODE, _suspicious_unicode(text, start, end)
+    yield AuditRule.NON_ENGLISH, _non_english(text, start, end)
+    body = text[start:end]
+    collapsed = _SPACES_AND_TABS.sub(" ", body)
+    yield AuditRule.REPEATED_CHAR_RUN, _repeated_char_run(collapsed, config.max_char_run)
+    tokens = [token.lower() for token in _TOKEN.findall(collapsed)]
+    yield AuditRule.REPEATED_TOKEN_RUN, _repeated_token_run(tokens, config.max_token_run)
+    yield AuditRule.REPEATED_CHUNK, _repeated_chunk(tokens, config)
+    yield AuditRule.REPEATED_LINE, _repeated_line(body, config)
+    if config.ngram_check:
+        yield AuditRule.LOW_NGRAM_DIVERSITY, _low_ngram_diversity(body, config)
+
+
 def audit_text(text: str, config: AuditConfig | None = None) -> AuditResult:
-    """Run the rules in order on `text`; the empty text passes."""
-    config = config or AuditConfig()
-    checks = (
-        (AuditRule.SUSPICIOUS_UNICODE, lambda: _suspicious_unicode(text)),
-        (AuditRule.NON_ENGLISH, lambda: _non_english(text, config.max_non_latin_ratio)),
-        (AuditRule.REPEATED_CHAR_RUN, lambda: _repeated_char_run(text, config.max_char_run)),
-        (
-            AuditRule.REPEATED_SEGMENT,
-            lambda: _repeated_segment(text, config.min_segment_chars, config.max_segment_repeats),
-        ),
-        (AuditRule.LOW_NGRAM_DIVERSITY, lambda: _low_ngram_diversity(text, config)),
-    )
-    for rule, check in checks:
-        detail = check()
+    """The first rule that fires on `text` (positions in details index `text`); "" passes."""
+    for rule, detail in _checks(text, config or AuditConfig()):
         if detail is not None:
             return AuditResult(False, rule, detail)
     return _PASS
-
-
-def audit_skill(skill: Skill, config: AuditConfig | None = None) -> AuditResult:
-    """Audit every text field of a skill, joined one per line."""
-    return audit_text("\n".join(skill.texts()), config)

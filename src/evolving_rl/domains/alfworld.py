@@ -5,8 +5,13 @@ Owns everything the trainer knows about ALFWorld: the prepared row -> `TaskSpec`
 prompt (with the skill card when one is given) and first user message ("Your task is to: ..."),
 the observation block of each turn (step number, observation text, numbered admissible actions),
 the `<action>` parsing (via `core.actions`; an unparseable reply is sent as-is and counted), the
-extractor prompt (task, trajectory, true outcome, skill schema), and packing: one episode is one
-training sample.
+extractor prompt of each skill format, and packing: one episode is one training sample.
+
+Extractor prompts. Reference format: the paper's single user message (`alfworld_skill_prompt`),
+its trajectory the reference's episode text (per step a "[Step i]" / "Observation:" /
+"Admissible actions:" block, then the model's reply as written). Compact format: a short system
+message, then the task, one "Step i. Observation / Action" line pair per turn, the outcome and
+the compact schema.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from typing import Any
 from evolving_rl.clients.env import EnvClient
 from evolving_rl.clients.tokenizer import Message
 from evolving_rl.core.actions import parse_alfworld_action
+from evolving_rl.core.skill import SkillFormat, skill_schema_text
+from evolving_rl.domains.alfworld_skill_prompt import reference_extractor_prompt
 from evolving_rl.domains.base import (
     ActionChoice,
     EnvProtocolError,
@@ -65,6 +72,21 @@ def strip_task_line(text: str) -> str:
     """The observation without its "Your task is to: ..." line (the prompt states the task)."""
     lines = [line for line in text.splitlines() if not line.strip().startswith(TASK_PREFIX)]
     return "\n".join(lines).strip()
+
+
+def _reference_step(index: int, turn: Turn) -> str:
+    """One step of the trajectory as the reference's episode response holds it: its observation
+    block (src/alfworld/generate/episode.py `format_step_observation`), then the model's reply."""
+    offered = "\n ".join(f"'{action}'" for action in turn.actions)
+    return (f"\n\n[Step {index}]\nObservation: {turn.observation}\n"
+            f"Admissible actions: [{offered}]\n\n{turn.model_text}")
+
+
+def _reference_extractor_messages(task: TaskSpec, turns: Sequence[Turn],
+                                  success: bool) -> list[Message]:
+    trajectory = "".join(_reference_step(i, turn) for i, turn in enumerate(turns)).strip()
+    return [{"role": "user",
+             "content": reference_extractor_prompt(task.question, trajectory, success)}]
 
 
 class AlfworldAdapter:
@@ -119,13 +141,15 @@ class AlfworldAdapter:
         return ActionChoice(command[:MAX_RAW_COMMAND_CHARS], parsed.ok, str(parsed.status))
 
     def extractor_messages(self, task: TaskSpec, turns: Sequence[Turn], success: bool,
-                           schema: str) -> list[Message]:
+                           skill_format: SkillFormat) -> list[Message]:
+        if skill_format is SkillFormat.REFERENCE:
+            return _reference_extractor_messages(task, turns, success)
         steps = "\n".join(
             f"Step {i}. Observation: {turn.observation.strip()}\nAction: {turn.action}"
             for i, turn in enumerate(turns))
         outcome = "The agent SUCCEEDED." if success else "The agent FAILED."
         user = (f"Task: {task.question}\n\nTrajectory:\n{steps or '(no steps)'}\n\n"
-                f"Outcome: {outcome}\n\n{schema}\n\n"
+                f"Outcome: {outcome}\n\n{skill_schema_text()}\n\n"
                 "Write the skill as one JSON object.")
         return [{"role": "system", "content": EXTRACTOR_SYSTEM},
                 {"role": "user", "content": user}]
@@ -138,4 +162,4 @@ class AlfworldAdapter:
                             response_ids=list(trace.response_ids),
                             loss_mask=list(trace.loss_mask), log_probs=list(trace.log_probs),
                             reward=reward, group_id=group_id, status=status,
-                            metadata=metadata)]
+                            metadata=metadata, nucleus=trace.nucleus)]

@@ -15,6 +15,8 @@ from typing import Any, Protocol
 
 from evolving_rl.clients.env import EnvClient
 from evolving_rl.clients.tokenizer import Message
+from evolving_rl.core.nucleus import Nucleus, NucleusBuilder
+from evolving_rl.core.skill import SkillFormat
 from evolving_rl.pipeline.types import Role, SampleStatus, TrainSample
 
 
@@ -54,19 +56,23 @@ class ActionChoice:
 
 @dataclass(frozen=True)
 class Turn:
-    """One step of an episode: what the model saw, wrote and sent."""
+    """One step of an episode: what the model saw (the observation and the commands offered),
+    wrote and sent."""
 
     observation: str
     model_text: str
     action: str
     action_status: str
+    actions: tuple[str, ...] = ()
 
 
 @dataclass
 class EpisodeTrace:
     """The token record of one episode: prompt, then observation blocks and model replies.
 
-    `loss_mask` is 1 on sampled tokens and 0 on observation tokens (log-prob 0.0 there).
+    `loss_mask` is 1 on sampled tokens and 0 on observation tokens (log-prob 0.0 there). When the
+    generations carry their top-p nucleus (all of them or none), `nucleus` is response-aligned:
+    their spans on sampled tokens, empty spans on observation tokens.
     """
 
     prompt_ids: list[int]
@@ -74,13 +80,23 @@ class EpisodeTrace:
     loss_mask: list[int] = field(default_factory=list)
     log_probs: list[float] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
+    top_p_spans: NucleusBuilder | None = None
 
     def add_observation(self, token_ids: Sequence[int]) -> None:
         self.response_ids.extend(token_ids)
         self.loss_mask.extend([0] * len(token_ids))
         self.log_probs.extend([0.0] * len(token_ids))
+        if self.top_p_spans is not None:
+            self.top_p_spans.add_empty(len(token_ids))
 
-    def add_generation(self, token_ids: Sequence[int], log_probs: Sequence[float]) -> None:
+    def add_generation(self, token_ids: Sequence[int], log_probs: Sequence[float],
+                       nucleus: Nucleus | None = None) -> None:
+        if self.n_generated and (nucleus is None) != (self.top_p_spans is None):
+            raise ValueError("every generation of an episode carries a nucleus, or none does")
+        if nucleus is not None:
+            if self.top_p_spans is None:
+                self.top_p_spans = NucleusBuilder(len(self.response_ids))
+            self.top_p_spans.add(nucleus)
         self.response_ids.extend(token_ids)
         self.loss_mask.extend([1] * len(token_ids))
         self.log_probs.extend(log_probs)
@@ -92,6 +108,10 @@ class EpisodeTrace:
     @property
     def n_generated(self) -> int:
         return sum(self.loss_mask)
+
+    @property
+    def nucleus(self) -> Nucleus | None:
+        return self.top_p_spans.build() if self.top_p_spans is not None else None
 
 
 class EnvironmentAdapter(Protocol):
@@ -116,7 +136,9 @@ class EnvironmentAdapter(Protocol):
     def parse_action(self, text: str, observation: Observation) -> ActionChoice: ...
 
     def extractor_messages(self, task: TaskSpec, turns: Sequence[Turn], success: bool,
-                           schema: str) -> list[Message]: ...
+                           skill_format: SkillFormat) -> list[Message]:
+        """The extractor prompt asking for a skill of `skill_format` (domain wording)."""
+        ...
 
     def pack(self, trace: EpisodeTrace, status: SampleStatus, reward: float | None,
              role: Role, group_id: str, metadata: dict[str, Any]) -> list[TrainSample]:

@@ -15,6 +15,11 @@ Owns the sequence and nothing of what each stage does:
 5. training — evaluation before, `local.train_steps` rollouts of the four-stage pipeline with the
    in-process policy, one GRPO step each, evaluation after, checkpoint, plot.
 Every record goes to `<run>/metrics.jsonl`; skills to `<run>/skill_library.jsonl`.
+
+A config whose trained roles sample at top-p < 1 is refused before any stage (`check_sampling`):
+the in-process decoder samples from the nucleus but returns, and the trainer recomputes, log-probs
+of the full distribution, so PPO's old log-probs would not be those of the sampling policy. The
+slime path replays the nucleus instead (`evolving_rl.core.nucleus`).
 """
 
 from __future__ import annotations
@@ -241,10 +246,22 @@ def archive_previous_run(run_dir: Path) -> None:
     logger.info("moved the previous run's logs of %s to %s", run_dir, archive)
 
 
+def check_sampling(cfg: Config) -> None:
+    """Refuse top-p < 1 for the trained roles (see the module docstring)."""
+    for role in ("solver", "extractor"):
+        top_p = getattr(cfg.sampling, role).top_p
+        if top_p < 1.0:
+            raise ValueError(
+                f"sampling.{role}.top_p is {top_p}: the local backend trains on full-distribution "
+                "log-probs and has no top-p replay, so it needs top_p 1.0 (only the slime path "
+                f"replays the nucleus); set --set sampling.{role}.top_p=1.0")
+
+
 def run_job(cfg: Config) -> JobResult:
     """Run every stage of the module docstring; returns what was measured."""
     if cfg.environment != "alfworld":
         raise NotImplementedError("the local main job prepares ALFWorld data only")
+    check_sampling(cfg)
     result = JobResult(run_dir=Path(cfg.run.output_dir))
     result.run_dir.mkdir(parents=True, exist_ok=True)
     if not cfg.local.resume_from:

@@ -7,7 +7,10 @@ retrieved task, its N x R episodes across skills), advantages by `core.grpo` and
 failures, no downstream evidence) leave their group before normalisation and are not emitted;
 nothing with zero response tokens is ever emitted. The optional source-episode samples
 (`pipeline.train_on_source_episode`) form one group per rollout: a single source episode per task
-has no group of its own to be compared with. Also builds the skill-library records.
+has no group of its own to be compared with. An extractor sample's response is its one
+generation, so it carries that generation's top-p nucleus as is (None without replay); solver
+samples carry the episode trace's response-aligned one (`EpisodeTrace.nucleus`). Also builds the
+skill-library records.
 """
 
 from __future__ import annotations
@@ -80,7 +83,7 @@ def _extractor_sample(unit: SourceUnit, extraction: Extraction, reward: Extracto
                         loss_mask=[1] * len(generation.token_ids),
                         log_probs=list(generation.log_probs), reward=value,
                         group_id=extractor_group_id(unit.key), status=extraction.status,
-                        metadata=metadata)]
+                        metadata=metadata, nucleus=generation.nucleus)]
 
 
 def _record(unit: SourceUnit, extraction: Extraction, reward: ExtractorReward, grid: Grid,
@@ -92,7 +95,8 @@ def _record(unit: SourceUnit, extraction: Extraction, reward: ExtractorReward, g
     return SkillRecord(
         rollout=tag, source_id=unit.task.id, source_question=unit.task.question,
         source_task_type=unit.task.task_type, source_success=unit.source.success,
-        skill_index=extraction.index, status=extraction.status.value,
+        skill_index=extraction.index, skill_format=extraction.skill_format.value,
+        status=extraction.status.value,
         parse_ok=bool(parse and parse.ok), parse_reason=parse.reason if parse else "no_output",
         audit_ok=bool(audit and audit.ok), audit_rule=str(audit.rule) if audit and audit.rule
         else None, audit_detail=audit.detail if audit else "", skill=skill,

@@ -118,26 +118,27 @@ async def build_context(cfg: Config, policy: PolicyClient | None = None,
                         tokenizer: ChatTokenizer | None = None, *, policy_url: str | None = None,
                         tokenizer_path: str | None = None,
                         adapter: EnvironmentAdapter | None = None,
-                        run_dir: str | Path | None = None) -> PipelineContext:
+                        run_dir: str | Path | None = None,
+                        top_p_replay: bool = False) -> PipelineContext:
     """Open the env and retrieval clients and load the task catalog; call inside the loop.
 
-    Give `policy` or `policy_url` (an SGLang server or router, opened and owned by the context),
-    and `tokenizer` or `tokenizer_path` (a Hugging Face tokenizer folder).
+    Give `policy` or `policy_url` (an SGLang server or router, opened and owned by the context;
+    `top_p_replay` makes it ask for the nucleus of top-p < 1 generations), and `tokenizer` or
+    `tokenizer_path` (a Hugging Face tokenizer folder).
     """
     owned = None
     if policy is None:
         if policy_url is None:
             raise ValueError("build_context needs a policy or a policy_url")
-        policy = owned = SGLangPolicyClient.open(policy_url, cfg.clients)
+        policy = owned = SGLangPolicyClient.open(policy_url, cfg.clients, top_p_replay)
     if tokenizer is None:
         if tokenizer_path is None:
             raise ValueError("build_context needs a tokenizer or a tokenizer_path")
         tokenizer = HFChatTokenizer.from_pretrained(tokenizer_path)
     adapter = adapter or make_adapter(cfg)
     catalog = TaskCatalog.load(_prepared_dir(cfg), adapter)
-    audit = AuditConfig(max_non_latin_ratio=cfg.audit.max_non_latin_ratio,
-                        max_char_run=cfg.audit.max_char_run,
-                        min_unique_ngram_ratio=cfg.audit.min_unique_ngram_ratio)
+    audit = AuditConfig(**{name: value for name, value in vars(cfg.audit).items()
+                           if name != "enabled"})  # every other AuditSettings field
     logger.info("pipeline context: %s, %d tasks in the catalog", adapter.name, len(catalog))
     return PipelineContext(
         cfg=cfg, adapter=adapter, policy=policy, tokenizer=tokenizer,

@@ -2,7 +2,8 @@
 
 Owns `EpisodeResult` and `run_episode`. The prompt is the adapter's chat-templated solver
 messages; each later turn appends the observation block (tokenised once, mask 0, log-prob 0.0)
-and then the sampled ids with their log-probs (mask 1), never re-tokenised. A configured solver
+and then the sampled ids with their log-probs (mask 1), never re-tokenised; under top-p replay
+each reply also brings its nucleus, and observation blocks get empty spans. A configured solver
 reply prefix opens each assistant turn on the prompt side (mask 0) and is prepended to the
 decoded reply before parsing. `max_new_tokens` is
 capped per turn by the per-turn cap and by the room left in the context. Every way an episode
@@ -112,11 +113,12 @@ async def _turn(ep: _Episode, observation: Observation, sampling: SamplingParams
         return ep.end(SampleStatus.ABORTED, "aborted", None)
     if not generation.token_ids:
         return ep.end(SampleStatus.EMPTY, "empty_generation", None)
-    trace.add_generation(generation.token_ids, generation.log_probs)
+    trace.add_generation(generation.token_ids, generation.log_probs, generation.nucleus)
     text = ctx.cfg.pipeline.solver_reply_prefix + ctx.tokenizer.decode(generation.token_ids)
     choice = ctx.adapter.parse_action(text, observation)
     ep.actions[choice.status] += 1
-    trace.turns.append(Turn(observation.text, text, choice.command, choice.status))
+    trace.turns.append(Turn(observation.text, text, choice.command, choice.status,
+                            observation.actions))
     if generation.finish_reason is FinishReason.LENGTH and trace.length >= max_context:
         return ep.end(SampleStatus.TRUNCATED, "context_limit", 0.0)
     try:

@@ -4,7 +4,8 @@
   2. play it without a skill and extract one skill from that episode;
   3. play the test task with that skill and without any skill.
 With `library` given, step 2 is replaced by the best usable skill the library holds for the
-retrieved task (a persisted library built during training). The report gives success with and
+retrieved task (a persisted library built during training), validated again in the format its
+record names and rendered to its card. The report gives success with and
 without the skill, overall and per task type, as mean and population std over the repeats, plus
 how often a usable skill was obtained and how many episodes failed for infrastructure reasons.
 """
@@ -53,8 +54,8 @@ async def _skill_for(ctx: PipelineContext, clock: IOClock, retrieved: TaskSpec |
         record = library.get(retrieved.id)
         if record is None or record.skill is None:
             return None
-        parsed = validate_skill(record.skill)
-        return render_skill_card(parsed.skill) if parsed.ok and parsed.skill else None
+        parsed = validate_skill(record.skill, record.skill_format)
+        return render_skill_card(parsed.skill) if parsed.skill is not None else None
     sampling = ctx.cfg.sampling
     source = await play(ctx, clock, retrieved, None,
                         ctx.sampling(sampling.eval_solver, solver=True))

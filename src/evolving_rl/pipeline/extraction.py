@@ -1,9 +1,11 @@
 """Stage 2: N skill extractions from one source episode, parsed and audited by the core.
 
-Owns `Extraction` and `extract_skills`. The extractor prompt (adapter-rendered: task,
-trajectory, the true success flag, the core's skill schema) is tokenised once and sampled N
-times concurrently under the extraction semaphore; each output is parsed by `core.skill` and
-audited by `core.audit`. A failed generation becomes a status, never an exception.
+Owns `Extraction` and `extract_skills`. The extractor prompt (adapter-rendered for the skill
+format `pipeline.skill_format`: task, trajectory, the true success flag, the schema) is
+tokenised once and sampled N times concurrently under the extraction semaphore; each output is
+parsed by `core.skill` in that format, rendered to its Markdown card, and the card text (what
+the solver will read, as in the reference) is audited by `core.audit`. A failed generation
+becomes a status, never an exception.
 """
 
 from __future__ import annotations
@@ -13,13 +15,8 @@ import logging
 from dataclasses import dataclass
 
 from evolving_rl.clients.policy import FinishReason, Generation, PolicyError, SamplingParams
-from evolving_rl.core.audit import AuditResult, audit_skill
-from evolving_rl.core.skill import (
-    SkillParseResult,
-    parse_skill,
-    render_skill_card,
-    skill_schema_text,
-)
+from evolving_rl.core.audit import AuditResult, audit_text
+from evolving_rl.core.skill import SkillFormat, SkillParseResult, parse_skill, render_skill_card
 from evolving_rl.domains.base import TaskSpec, Turn
 from evolving_rl.pipeline.context import PipelineContext
 from evolving_rl.pipeline.timing import IOClock
@@ -37,9 +34,11 @@ class Extraction:
     index: int
     prompt_ids: list[int]
     status: SampleStatus
+    skill_format: SkillFormat
     generation: Generation | None = None
     text: str = ""
     parse: SkillParseResult | None = None
+    card: str | None = None  # the rendered skill, when it parsed
     audit: AuditResult | None = None
     error: str | None = None
 
@@ -50,20 +49,26 @@ class Extraction:
     @property
     def usable(self) -> bool:
         """Parsed and audited: the solver may play with it."""
-        return (not self.generation_failed and self.parse is not None and self.parse.ok
+        return (not self.generation_failed and self.card is not None
                 and self.audit is not None and self.audit.ok)
 
-    @property
-    def card(self) -> str:
-        assert self.parse is not None and self.parse.skill is not None
-        return render_skill_card(self.parse.skill)
+
+def _read(ctx: PipelineContext, extraction: Extraction) -> Extraction:
+    """Parse the extraction's text, render its card and audit the card text."""
+    extraction.parse = parse_skill(extraction.text, extraction.skill_format)
+    if extraction.parse.skill is not None:
+        extraction.card = render_skill_card(extraction.parse.skill)
+        extraction.audit = (audit_text(extraction.card, ctx.audit) if ctx.audit is not None
+                            else _AUDIT_OFF)
+    return extraction
 
 
 async def _extract_one(ctx: PipelineContext, clock: IOClock, index: int, prompt_ids: list[int],
                        sampling: SamplingParams) -> Extraction:
+    skill_format = SkillFormat(ctx.cfg.pipeline.skill_format)
     room = ctx.cfg.pipeline.max_context_tokens - len(prompt_ids)
     if room <= 0:
-        return Extraction(index, prompt_ids, SampleStatus.CONTEXT_OVERFLOW,
+        return Extraction(index, prompt_ids, SampleStatus.CONTEXT_OVERFLOW, skill_format,
                           error=f"extractor prompt of {len(prompt_ids)} tokens")
     try:
         async with ctx.limits.extractions:
@@ -71,26 +76,24 @@ async def _extract_one(ctx: PipelineContext, clock: IOClock, index: int, prompt_
                 generation = await ctx.policy.generate(prompt_ids, sampling.capped(room))
     except PolicyError as error:
         logger.warning("extraction %d failed: %s", index, error)
-        return Extraction(index, prompt_ids, SampleStatus.POLICY_ERROR, error=str(error))
+        return Extraction(index, prompt_ids, SampleStatus.POLICY_ERROR, skill_format,
+                          error=str(error))
     if generation.finish_reason is FinishReason.ABORT:
-        return Extraction(index, prompt_ids, SampleStatus.ABORTED, generation)
+        return Extraction(index, prompt_ids, SampleStatus.ABORTED, skill_format, generation)
     if not generation.token_ids:
-        return Extraction(index, prompt_ids, SampleStatus.EMPTY, generation)
+        return Extraction(index, prompt_ids, SampleStatus.EMPTY, skill_format, generation)
     status = (SampleStatus.TRUNCATED if generation.finish_reason is FinishReason.LENGTH
               else SampleStatus.COMPLETED)
     text = ctx.cfg.pipeline.extractor_reply_prefix + ctx.tokenizer.decode(generation.token_ids)
-    parse = parse_skill(text)
-    audit = None
-    if parse.ok and parse.skill is not None:
-        audit = audit_skill(parse.skill, ctx.audit) if ctx.audit is not None else _AUDIT_OFF
-    return Extraction(index, prompt_ids, status, generation, text, parse, audit)
+    return _read(ctx, Extraction(index, prompt_ids, status, skill_format, generation, text))
 
 
 async def extract_skills(ctx: PipelineContext, clock: IOClock, task: TaskSpec,
                          turns: list[Turn], success: bool, n_skills: int,
                          sampling: SamplingParams) -> list[Extraction]:
     """`n_skills` extractions from one trajectory, in index order."""
-    messages = ctx.adapter.extractor_messages(task, turns, success, skill_schema_text())
+    messages = ctx.adapter.extractor_messages(task, turns, success,
+                                              SkillFormat(ctx.cfg.pipeline.skill_format))
     prompt_ids = ctx.tokenizer.encode_prompt(messages)
     prefix = ctx.cfg.pipeline.extractor_reply_prefix
     if prefix:  # prompt side: the extractor sample trains only on what was sampled after it

@@ -1,8 +1,9 @@
 """The skill library of a run: every extracted skill, appended to one JSONL file.
 
-Owns `SkillRecord` (source task, extractor output, parse and audit result, the skill, its
-downstream scores and extractor reward) and `SkillLibrary` (append after each rollout, read back,
-best usable skill per source task for evaluation with a persisted library).
+Owns `SkillRecord` (source task, extractor output, the skill format, parse and audit result,
+the skill in its JSON form, its downstream scores and extractor reward) and `SkillLibrary`
+(append after each rollout, read back, best usable skill per source task for evaluation with a
+persisted library).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ logger = logging.getLogger(__name__)
 
 FILE_NAME = "skill_library.jsonl"
 MAX_RAW_CHARS = 4000  # raw extractor text kept per record
+LEGACY_FORMAT = "compact"  # the only format before the reference one
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,7 @@ class SkillRecord:
     source_task_type: str
     source_success: bool
     skill_index: int
+    skill_format: str  # a core SkillFormat value: how `skill` validates back
     status: str  # sample status of the extractor generation
     parse_ok: bool
     parse_reason: str
@@ -46,6 +49,11 @@ class SkillRecord:
     @property
     def usable(self) -> bool:
         return self.parse_ok and self.audit_ok and self.skill is not None
+
+
+def _record(row: dict[str, Any]) -> SkillRecord:
+    """A record read back; libraries written before `skill_format` existed held compact skills."""
+    return SkillRecord(**{"skill_format": LEGACY_FORMAT, **row})
 
 
 class SkillLibrary:
@@ -73,7 +81,7 @@ class SkillLibrary:
         if not self.path.is_file():
             return []
         with self.path.open(encoding="utf-8") as handle:
-            return [SkillRecord(**json.loads(line)) for line in handle if line.strip()]
+            return [_record(json.loads(line)) for line in handle if line.strip()]
 
     def best_by_source(self) -> dict[str, SkillRecord]:
         """The usable skill with the highest reward for each source task id."""

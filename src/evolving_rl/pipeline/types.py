@@ -1,7 +1,8 @@
 """Typed records that cross the pipeline's boundaries: episodes, skills and training samples.
 
 `TrainSample` is what both backends train on (slime's `Sample` is built from it in the hooks,
-the local trainer consumes it directly). Token ids and log-probs are exactly the sampled ones.
+the local trainer consumes it directly). Token ids and log-probs are exactly the sampled ones;
+under top-p replay (the slime path) `nucleus` holds the kept ids of every response token.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from evolving_rl.core.nucleus import Nucleus
 from evolving_rl.core.roles import Role
 
 __all__ = ["Role", "SampleStatus", "TrainSample"]
@@ -37,7 +39,8 @@ class TrainSample:
     """One training sample: prompt ids + response ids with a mask and sampled log-probs.
 
     `loss_mask` and `log_probs` have exactly `len(response_ids)` entries; observation tokens
-    inside the response carry mask 0 and log-prob 0.0.
+    inside the response carry mask 0 and log-prob 0.0. `nucleus`, when recorded, has one span per
+    response token: the sampled nucleus on generated tokens, an empty span on the others.
     """
 
     role: Role
@@ -50,6 +53,7 @@ class TrainSample:
     status: SampleStatus = SampleStatus.COMPLETED
     advantage: float = 0.0
     metadata: dict[str, Any] = field(default_factory=dict)
+    nucleus: Nucleus | None = None
 
     def __post_init__(self) -> None:
         n = len(self.response_ids)
@@ -57,6 +61,9 @@ class TrainSample:
             raise ValueError(
                 f"misaligned sample: {n} response ids, {len(self.loss_mask)} mask entries, "
                 f"{len(self.log_probs)} log-probs")
+        if self.nucleus is not None and self.nucleus.n_tokens != n:
+            raise ValueError(f"misaligned sample: {n} response ids, a nucleus of "
+                             f"{self.nucleus.n_tokens} spans")
 
     @property
     def tokens(self) -> list[int]:

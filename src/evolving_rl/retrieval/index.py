@@ -137,7 +137,7 @@ class SearchIndex:
 
 def brute_force_positions(scores: np.ndarray, mask: np.ndarray, k: int,
                           order: Order = "most_similar") -> np.ndarray:
-    """Top-k by a full stable sort of `scores` (from `SearchIndex.scores`): the benchmark's check."""
+    """Top-k by a full stable sort of `scores` (from `SearchIndex.scores`): the benchmark check."""
     keys = scores if order == "most_similar" else -scores
     allowed = np.flatnonzero(mask)
     return allowed[np.argsort(-keys[allowed], kind="stable")[:k]]

@@ -5,7 +5,9 @@ actor. The pipeline's async clients must outlive one call and stay on one event 
 process keeps one `Runtime` per config file: the validated config, a daemon thread running an
 event loop, and the pipeline context built on that loop once (from our config, the SGLang router
 at `args.sglang_router_ip/port` and the tokenizer at `args.hf_checkpoint`). `RUNTIMES` is that
-cache — the one piece of module state the hook interface forces on us.
+cache — the one piece of module state the hook interface forces on us. When the config samples at
+top-p < 1 (= `--rollout-top-p`, checked by `check_slime_args`), the context's policy client asks
+SGLang for every generation's nucleus, which the samples carry for slime's top-p replay.
 
 A prompt row is one line of our prompt JSONL (`env.alfworld.prepare`): `{"id", "question",
 "prompt", "metadata"}`. slime's data source keeps `prompt` (`--input-key prompt`), `label`
@@ -67,11 +69,17 @@ def policy_url(args: Namespace) -> str:
     return f"http://{host}:{port}"
 
 
+def top_p_replay(config: Config) -> bool:
+    """Whether the samples must carry their nucleus: training samples at top-p < 1."""
+    return config.sampling.solver.top_p < 1.0 or config.sampling.extractor.top_p < 1.0
+
+
 async def _build_context(config: Config, args: Namespace) -> Any:
     from evolving_rl.pipeline.context import build_context
 
     return await build_context(config, policy_url=policy_url(args),
-                               tokenizer_path=args.hf_checkpoint)
+                               tokenizer_path=args.hf_checkpoint,
+                               top_p_replay=top_p_replay(config))
 
 
 def get_runtime(args: Namespace) -> Runtime:

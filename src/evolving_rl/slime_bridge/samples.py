@@ -3,6 +3,9 @@
 Owns the mapping onto slime's `Sample` (pinned commit 624b824a):
   - `tokens` = prompt ids + response ids, `response_length` = len(response ids), and `loss_mask` /
     `rollout_log_probs` exactly as sampled (observation tokens mask 0, log-prob 0.0);
+  - `rollout_top_p_token_ids` / `rollout_top_p_token_offsets` = the response-aligned nucleus as
+    int lists (slime/utils/types.py:122-125; empty spans on observation tokens), None without
+    top-p replay;
   - `reward` = the raw reward; `status` COMPLETED or TRUNCATED (failed samples never get here);
   - `group_index` = position of the sample's GRPO group in this rollout, `index` = running index;
   - `metadata` = the pipeline's metadata plus our `SampleTag` under `TAG_KEY` (role, explicit group
@@ -64,10 +67,13 @@ def to_slime_sample(sample: TrainSample, sample_cls: type, *, index: int, group_
                     advantage=float(sample.advantage), status=sample.status)
     status = sample_cls.Status.TRUNCATED if sample.status is SampleStatus.TRUNCATED \
         else sample_cls.Status.COMPLETED
+    nucleus = sample.nucleus
     return sample_cls(
         group_index=group_index, index=index, tokens=list(sample.tokens),
         response_length=sample.response_length, reward=float(sample.reward),
         loss_mask=list(sample.loss_mask), rollout_log_probs=list(sample.log_probs),
+        rollout_top_p_token_ids=list(nucleus.token_ids) if nucleus else None,
+        rollout_top_p_token_offsets=list(nucleus.offsets) if nucleus else None,
         status=status, metadata={**sample.metadata, TAG_KEY: tag.to_dict()})
 
 

@@ -8,7 +8,22 @@ key or an invalid config raises `ConfigError`.
 `check_slime_args` then refuses a slime command line that would silently break our contract
 (advantages renormalised, the role channel overwritten, a different clip range or optimiser
 than our config, per-rollout instead of token-level mean, ...). It raises `SlimeArgsError` with
-every problem at once.
+every problem at once. Two of its rules guard slime behaviour that fails silently or late (slime
+pinned at 624b824a):
+
+- Entropy gradient. slime computes the entropy with a gradient only when `--entropy-coef` != 0
+  (slime/backends/megatron_utils/loss.py:551, else `mark_non_differentiable`,
+  slime/utils/ppo_utils.py:277-278). Our loss applies config `loss.entropy_coef` per role, so any
+  non-zero role coefficient needs a non-zero `--entropy-coef` (a switch: with `--loss-type
+  custom_loss` slime reads its value nowhere else; loss.py:1114 is slime's own policy loss).
+- Batching. Our sample count varies per rollout. slime's static micro-batching asserts that each
+  step's sample count is a multiple of its micro-batch layout (slime/utils/dp_schedule.py:169-185),
+  so `--use-dynamic-batch-size` is required. The convert hook makes exactly one optimiser step per
+  rollout for any `--global-batch-size` (see `train_data`), but slime sizes its LR schedule and step
+  counter as `rollout_batch_size * n_samples_per_prompt // global_batch_size` steps per rollout
+  (slime/backends/megatron_utils/model.py:203, slime/observability/metric_utils.py:122), so
+  `--global-batch-size` must equal `rollout_batch_size * n_samples_per_prompt`, which is what
+  `--num-steps-per-rollout 1` derives (slime/utils/arguments.py:1971-1979).
 """
 
 from __future__ import annotations
@@ -87,7 +102,13 @@ def _expected_args(config: Config) -> list[tuple[str, object, str]]:
         ("n_samples_per_prompt", 1, "the pipeline expands each source task itself"),
         ("rollout_batch_size", config.pipeline.source_tasks_per_rollout,
          "config pipeline.source_tasks_per_rollout"),
-        ("rollout_top_p", 1.0, "top-p replay is not carried by our samples"),
+        ("global_batch_size", config.pipeline.source_tasks_per_rollout,
+         "one optimiser step per rollout: --rollout-batch-size x --n-samples-per-prompt, as "
+         "--num-steps-per-rollout 1 derives it"),
+        ("use_dynamic_batch_size", True,
+         "sample counts vary per rollout; static micro-batches need a fixed multiple"),
+        ("rollout_top_p", sampling.solver.top_p,
+         "config sampling.solver.top_p; below 1 the samples carry the nucleus slime replays"),
         ("rollout_temperature", sampling.solver.temperature,
          "slime recomputes log-probs at --rollout-temperature; config sampling.solver"),
         ("eps_clip", loss.clip_eps_low, "config loss.clip_eps_low"),
@@ -106,13 +127,30 @@ def check_slime_args(args: Namespace, config: Config) -> None:
     if config.sampling.solver.temperature != config.sampling.extractor.temperature:
         problems.append("config sampling.solver and sampling.extractor temperatures differ, but "
                         "slime recomputes every log-prob at the one --rollout-temperature")
+    if config.sampling.solver.top_p != config.sampling.extractor.top_p:
+        problems.append("config sampling.solver and sampling.extractor top_p differ, but slime "
+                        "checks and replays every sample's nucleus under the one --rollout-top-p")
     for name, expected, why in _expected_args(config):
         actual = getattr(args, name, None)
         if not _same(actual, expected):
             problems.append(f"--{name.replace('_', '-')}: is {actual!r}, need {expected!r} ({why})")
+    problems += _entropy_gradient_problems(args, config)
     if problems:
         listing = "\n  ".join(problems)
         raise SlimeArgsError(f"slime args incompatible with evolving_rl:\n  {listing}")
+
+
+def _entropy_gradient_problems(args: Namespace, config: Config) -> list[str]:
+    """A zero `--entropy-coef` while a role's entropy coefficient is not (see module doc)."""
+    roles = [role.value for role, c in role_coefficients(config).items() if c.entropy != 0]
+    actual = getattr(args, "entropy_coef", 0.0)  # slime's own default, loss.py:551
+    if not roles or actual != 0:
+        return []
+    return [f"--entropy-coef: is {actual!r}, need a non-zero value (e.g. 1): slime detaches the "
+            "entropy when it is 0 (slime/backends/megatron_utils/loss.py:551), so config "
+            f"loss.entropy_coef of {', '.join(roles)} would get no gradient; with --loss-type "
+            "custom_loss slime uses the value for nothing else, our loss applies the per-role "
+            "coefficients"]
 
 
 def _same(actual: object, expected: object) -> bool:

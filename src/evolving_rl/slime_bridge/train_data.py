@@ -24,7 +24,10 @@ own conversion, pinned commit 624b824a). Two facts of slime's data path shape it
    `--calculate-per-token-loss` (required) the ids do not change the loss value.
 
 `rewards` holds our advantages (slime's GRPO broadcasts them per token unchanged), `raw_reward`
-the raw rewards.
+the raw rewards. With `--rollout-top-p` < 1 the train data also carries every sample's nucleus
+(`rollout_top_p_token_ids` / `rollout_top_p_token_offsets`), checked as slime's own conversion
+checks it (slime/ray/rollout.py:718-732): slime's loss masks the recomputed log-probs to it and
+refuses to run without it (slime/backends/megatron_utils/loss.py:83-94).
 """
 
 from __future__ import annotations
@@ -65,8 +68,24 @@ def _log_probs(sample: Any) -> list[float]:
     return list(log_probs)
 
 
-def convert_samples_to_train_data(samples: Iterable[Any], global_batch_size: int) -> dict:
-    """slime's train-data dict for our samples, with the role channel and rollout buckets."""
+def _top_p_replay(sample: Any) -> tuple[list[int], list[int]]:
+    """A sample's nucleus (ids, offsets), checked as slime/ray/rollout.py:718-730 checks it."""
+    ids, offsets = sample.rollout_top_p_token_ids, sample.rollout_top_p_token_offsets
+    if ids is None or offsets is None:
+        raise ValueError(f"sample {sample.index}: --rollout-top-p < 1 but no top-p nucleus")
+    if len(offsets) != sample.response_length + 1:
+        raise ValueError(f"sample {sample.index}: top-p token offsets length {len(offsets)} "
+                         f"!= response length + 1 {sample.response_length + 1}")
+    if int(offsets[-1]) != len(ids):
+        raise ValueError(f"sample {sample.index}: top-p token offsets[-1] {int(offsets[-1])} "
+                         f"!= token ids length {len(ids)}")
+    return list(ids), list(offsets)
+
+
+def convert_samples_to_train_data(samples: Iterable[Any], global_batch_size: int,
+                                  rollout_top_p: float = 1.0) -> dict:
+    """slime's train-data dict for our samples, with the role channel, rollout buckets and,
+    when `rollout_top_p` < 1, the top-p replay."""
     flat = flatten(samples)
     raw_rewards, advantages = post_process_rewards(flat)
     roles = [SampleTag.of(sample).role for sample in flat]
@@ -75,7 +94,7 @@ def convert_samples_to_train_data(samples: Iterable[Any], global_batch_size: int
     mask_per_rollout: dict[int, int] = {}
     for rollout_id, mask in zip(rollout_ids, loss_masks, strict=True):
         mask_per_rollout[rollout_id] = mask_per_rollout.get(rollout_id, 0) + sum(mask)
-    return {
+    data = {
         "tokens": [list(sample.tokens) for sample in flat],
         "response_lengths": [sample.response_length for sample in flat],
         "rewards": advantages,
@@ -89,3 +108,8 @@ def convert_samples_to_train_data(samples: Iterable[Any], global_batch_size: int
         ROLE_CHANNEL_KEY: [[ROLE_CODES[role]] * sample.response_length
                            for role, sample in zip(roles, flat, strict=True)],
     }
+    if rollout_top_p != 1.0:
+        replays = [_top_p_replay(sample) for sample in flat]
+        data["rollout_top_p_token_ids"] = [ids for ids, _ in replays]
+        data["rollout_top_p_token_offsets"] = [offsets for _, offsets in replays]
+    return data
