@@ -12,6 +12,9 @@ Steps/s count only steps, with resets inside the wall time. Modes:
     open        (b) only, --open N episodes held open at once, one step each, RSS per episode
 
     PYTHONPATH=. .venv/bin/python benchmarks/alfworld_env.py --mode throughput --clients 8,32
+
+`--tiny` (the test suite's smoke run, any mode): 4 games, 4 episodes of 2 steps on 2 clients and
+1 worker (memory: RSS after episode 2 and 4; open: 4 episodes); the same code path.
 """
 
 from __future__ import annotations
@@ -31,11 +34,14 @@ from pathlib import Path
 import psutil
 import requests
 
+from benchmarks.cli import parse_with_tiny
 from env.alfworld import launch
 from env.launch import free_port_block
 from evolving_rl.config import load_config
 
 logger = logging.getLogger("alfworld_env")
+TINY = {"clients": "2", "episodes": 4, "steps": 2, "games": 4, "workers": 1, "warmup": 2,
+        "open": 4}
 
 
 @dataclass
@@ -218,7 +224,7 @@ def open_mode(url: str, games: list[str], args) -> None:
                 (after - before) / 2**20 / max(1, len(ids)))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=("throughput", "memory", "open"), default="throughput")
     parser.add_argument("--config", default="configs/alfworld.yaml")
@@ -233,7 +239,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--open", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parse_with_tiny(parser, argv, TINY)
     args.clients = [int(c) for c in args.clients.split(",")]
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     load_config(args.config)  # fail early on a bad config

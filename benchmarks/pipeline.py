@@ -1,6 +1,7 @@
 """Pipeline benchmark: one rollout with an instant scripted policy against the real servers.
 
     .venv/bin/python -m benchmarks.pipeline [--config configs/local_cpu.yaml] [--max-steps 10]
+        [--set section.key=value ...] [--tiny]
 
 (run from the repository root, so that `env`, `tests` and `benchmarks` import).
 
@@ -8,12 +9,16 @@ Starts the real ALFWorld router + workers (`env.alfworld.launch`) and the real r
 (`env.retrieval.launcher`, cache built first) on free ports with logs in a temporary folder, then
 runs one training rollout of 2 source tasks x N=4 skills x K=2 retrieved tasks (R=1) with the
 scripted policy of `tests/fakes` (it picks an admissible action from the observation and writes
-valid skill JSON, instantly). Prints:
+valid skill JSON, instantly). The rollout runs under the config's protocol, as the local job
+builds it: its adapter (action format, lenient parsing as `local.lenient_actions` says) and its
+prompt-side reply prefixes, which the scripted replies continue instead of repeating. Prints:
 - pipeline overhead = wall - time covered by waiting on env/retrieval/policy, as a fraction of
   wall (target <= 10%), and the pipeline process's CPU time over wall as a cross-check;
 - downstream overlap = wall of the downstream stage / sequential sum of its episode durations
   (target <= 0.35).
-Every server it started is stopped on exit.
+Every server it started is stopped on exit. `--tiny` (the test suite's smoke run) plays 2 source
+tasks x N=2 x K=1 for at most 2 steps: the same code path, too small for the targets, so they are
+printed but not enforced (exit status 0 once the rollout ran).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -33,21 +39,42 @@ import yaml
 from env.launch import free_port, free_port_block
 from env.retrieval.launcher import start_retrieval_server, stop_retrieval_server
 from evolving_rl.config import Config, load_config, to_dict
-from evolving_rl.pipeline.context import build_context
+from evolving_rl.core.actions import extract_action
+from evolving_rl.pipeline.context import build_context, make_adapter
 from evolving_rl.pipeline.rollout import run_training_rollout
-from tests.fakes.scripted import ScriptedPolicy
+from tests.fakes.scripted import (
+    EXTRACTOR_MARKER,
+    Responder,
+    ScriptedPolicy,
+    admissible_from_prompt,
+    reply_text,
+)
 from tests.fakes.tokenizer import ByteChatTokenizer
 
-SOURCE_TASKS, N_SKILLS, TOP_K = 2, 4, 2
 TARGET_OVERHEAD, TARGET_OVERLAP = 0.10, 0.35
 
 
-def bench_config(base: Path, folder: Path, max_steps: int) -> Path:
-    """`base` with the benchmark's sizes, free ports and every output under `folder`."""
-    data = to_dict(load_config(base))
-    data["pipeline"].update(n_skills=N_SKILLS, top_k=TOP_K, n_repeats=1, max_steps=max_steps,
-                            source_tasks_per_rollout=SOURCE_TASKS, max_turn_tokens=256,
-                            max_context_tokens=32768, retrieval_split="train")
+@dataclass(frozen=True)
+class Sizes:
+    """One rollout's shape: source tasks x N skills x K retrieved tasks (R=1)."""
+
+    source_tasks: int
+    n_skills: int
+    top_k: int
+
+
+FULL, TINY = Sizes(source_tasks=2, n_skills=4, top_k=2), Sizes(source_tasks=2, n_skills=2, top_k=1)
+TINY_MAX_STEPS = 2
+
+
+def bench_config(base: Path, overrides: list[str], folder: Path, sizes: Sizes,
+                 max_steps: int) -> Path:
+    """`base` (with `overrides`) at the benchmark's sizes, on free ports, outputs in `folder`."""
+    data = to_dict(load_config(base, overrides))
+    data["pipeline"].update(n_skills=sizes.n_skills, top_k=sizes.top_k, n_repeats=1,
+                            max_steps=max_steps, source_tasks_per_rollout=sizes.source_tasks,
+                            max_turn_tokens=256, max_context_tokens=32768,
+                            retrieval_split="train")
     # The scripted policy speaks through a byte-level tokenizer: caps sized for bytes, not for
     # the profile's model, so that no reply is truncated.
     for role in ("solver", "extractor"):
@@ -69,8 +96,8 @@ def alfworld_launch(action: str, config: Path) -> None:
                     str(config)], check=True)
 
 
-def source_rows(cfg: Config) -> list[dict]:
-    """The first task of the first two task types of the training split."""
+def source_rows(cfg: Config, n: int) -> list[dict]:
+    """The first task of each of the first `n` task types of the training split."""
     path = Path(cfg.alfworld.prepared_dir) / "train.jsonl"
     rows, seen = [], set()
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -78,25 +105,43 @@ def source_rows(cfg: Config) -> list[dict]:
         if row["metadata"]["task_type"] not in seen:
             seen.add(row["metadata"]["task_type"])
             rows.append(row)
-    return rows[:SOURCE_TASKS]
+    return rows[:n]
 
 
-async def one_rollout(cfg: Config) -> tuple[dict[str, float], float]:
+def protocol_responder(cfg: Config) -> Responder:
+    """The scripted replies in `cfg`'s protocol: with the "number" action format the solver
+    answers with the number of the scripted command, and a reply continues its role's
+    prompt-side prefix (already at the end of the prompt) instead of repeating it."""
+
+    def respond(prompt: str) -> str:
+        text = reply_text(prompt)
+        if EXTRACTOR_MARKER in prompt:
+            return text.removeprefix(cfg.pipeline.extractor_reply_prefix)
+        actions, action = admissible_from_prompt(prompt), extract_action(text)
+        if cfg.alfworld.action_format == "number" and action in actions:
+            text = f"<action>{actions.index(action) + 1}</action>"
+        return text.removeprefix(cfg.pipeline.solver_reply_prefix)
+
+    return respond
+
+
+async def one_rollout(cfg: Config, n_sources: int) -> tuple[dict[str, float], float]:
     tokenizer = ByteChatTokenizer()
-    ctx = await build_context(cfg, ScriptedPolicy(tokenizer), tokenizer)
+    ctx = await build_context(cfg, ScriptedPolicy(tokenizer, protocol_responder(cfg)), tokenizer,
+                              adapter=make_adapter(cfg, lenient=cfg.local.lenient_actions))
     try:
         cpu = time.process_time()
-        outcome = await run_training_rollout(ctx, source_rows(cfg), rollout_id="bench")
+        outcome = await run_training_rollout(ctx, source_rows(cfg, n_sources), rollout_id="bench")
         return outcome.metrics, time.process_time() - cpu
     finally:
         await ctx.close()
 
 
-def report(metrics: dict[str, float], cpu_s: float) -> bool:
+def report(metrics: dict[str, float], cpu_s: float, sizes: Sizes) -> bool:
     wall = metrics["timing/wall_s"]
     overhead = metrics["timing/overhead_fraction"]
     overlap = metrics["timing/downstream_overlap"]
-    print(f"rollout: {SOURCE_TASKS} source tasks x N={N_SKILLS} x K={TOP_K}: "
+    print(f"rollout: {sizes.source_tasks} source tasks x N={sizes.n_skills} x K={sizes.top_k}: "
           f"{metrics['solver/episodes']:.0f} downstream episodes, wall {wall:.2f}s")
     for key in ("env", "retrieval", "policy"):
         print(f"  waiting on {key:9s}: covered {metrics[f'timing/{key}_wait_covered_s']:.2f}s, "
@@ -117,11 +162,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/local_cpu.yaml", type=Path)
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="override a config key (repeatable)")
     parser.add_argument("--max-steps", type=int, default=10)
+    parser.add_argument("--tiny", action="store_true", help="smoke sizes, targets not enforced")
     args = parser.parse_args(argv)
+    if args.tiny:
+        parser.set_defaults(max_steps=TINY_MAX_STEPS)
+        args = parser.parse_args(argv)
+    sizes = TINY if args.tiny else FULL
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="bench_pipeline_") as tmp:
-        config = bench_config(args.config, Path(tmp), args.max_steps)
+        config = bench_config(args.config, args.overrides, Path(tmp), sizes, args.max_steps)
         cfg = load_config(config)
         subprocess.run([sys.executable, "-m", "evolving_rl.retrieval.build", "--config",
                         str(config)], check=True, stdout=subprocess.DEVNULL)
@@ -129,12 +181,13 @@ def main(argv: list[str] | None = None) -> int:
         try:
             alfworld_launch("start", config)
             try:
-                metrics, cpu_s = asyncio.run(one_rollout(cfg))
+                metrics, cpu_s = asyncio.run(one_rollout(cfg, sizes.source_tasks))
             finally:
                 alfworld_launch("stop", config)
         finally:
             stop_retrieval_server(config)
-    return 0 if report(metrics, cpu_s) else 1
+    met = report(metrics, cpu_s, sizes)
+    return 0 if met or args.tiny else 1
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Retrieval benchmark: latency, batching gain, exactness and cache-build speed on the CPU model.
 
     .venv/bin/python -m benchmarks.retrieval [--config configs/local_cpu.yaml] [--n-tasks 4000]
+        [--tiny]
 
 (run from the repository root, so that `env` and `benchmarks` import).
 
@@ -8,10 +9,14 @@ Builds an index of synthetic ALFWorld-like tasks with the configured model (all-
 CPU by default) in a temporary folder, starts the real server as a subprocess and measures:
 - single-query latency p50/p99 over HTTP, each query a new sentence (so encoded online);
 - batched (64 queries per request) vs single-query throughput (ratio; target >= 5x);
-- top-k of the server and of the in-process index vs a brute-force full sort (must be identical);
+- top-k of the server and of the in-process index vs a brute-force full stable sort of the
+  index's own scores (`SearchIndex.scores`; must be identical);
 - cache-build texts/s vs a bare `SentenceTransformer.encode` of the same texts (target >= 0.9x).
 Baseline and candidate run in the same process, interleaved round by round.
 Targets (issue 3): p50 < 30 ms, batched >= 5x single, builder >= 0.9x bare, top-k identical.
+The exit status is 1 only when a top-k differs. `--tiny` (the test suite's smoke run): 64 tasks,
+one round of each measurement with 8 single and 1 batched request per HTTP round, 16 indexed and
+16 new sentences checked for exactness; the same code path.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import numpy as np
 import requests
 import yaml
 
+from benchmarks.cli import parse_with_tiny
 from env.launch import free_port
 from env.retrieval.launcher import start_retrieval_server
 from evolving_rl.config import Config, load_config, to_dict
@@ -43,6 +49,8 @@ from evolving_rl.retrieval.synthetic import unseen_queries, write_prepared_split
 from evolving_rl.retrieval.tasks import load_task_rows
 
 BATCH = 64
+TINY = {"n_tasks": 64, "build_rounds": 1, "http_rounds": 1, "singles": 8, "batches": 1,
+        "indexed_checks": 16, "fresh_checks": 16}
 FILTERS = (SearchFilter(), SearchFilter(split="train"),
            SearchFilter(split="valid_unseen", task_types=("pick_two_obj_and_place",)))
 
@@ -109,12 +117,13 @@ def bench_http(url: str, queries: list[str], rounds: int, singles: int,
     return latencies, len(latencies) / sum(latencies), n_batched / batch_time
 
 
-def check_exactness(url: str, index: SearchIndex, encoder: Encoder, k: int) -> tuple[int, int]:
-    """Compare top-k with brute force: server (indexed texts, so known vectors) and in-process
-    index (online-encoded new sentences). Returns (identical, checked)."""
+def check_exactness(url: str, index: SearchIndex, encoder: Encoder, k: int, n_indexed: int,
+                    n_fresh: int) -> tuple[int, int]:
+    """Compare top-k with brute force: server (`n_indexed` indexed texts, so known vectors) and
+    in-process index (`n_fresh` online-encoded new sentences). Returns (identical, checked)."""
     same = checked = 0
-    picks = np.random.default_rng(0).choice(index.size, 48, replace=False)
-    fresh = unseen_queries(200, seed=99)
+    picks = np.random.default_rng(0).choice(index.size, n_indexed, replace=False)
+    fresh = unseen_queries(n_fresh, seed=99)
     fresh_vectors = encoder.encode_queries(fresh)
     for flt in FILTERS:
         body = {"queries": [index.rows[i].question for i in picks], "k": k, "split": flt.split,
@@ -122,13 +131,14 @@ def check_exactness(url: str, index: SearchIndex, encoder: Encoder, k: int) -> t
         results = requests.post(f"{url}/search", json=body, timeout=60).json()["results"]
         mask = index.allowed(flt)
         for i, hits in zip(picks, results, strict=True):
-            expected = brute_force_positions(index.vectors @ index.vectors[i], mask, k)
+            expected = brute_force_positions(index.scores(index.vectors[i][None])[0], mask, k)
             same += [h["id"] for h in hits] == [index.rows[j].id for j in expected]
             checked += 1
         for order in ("most_similar", "least_similar"):
             found = index.search(fresh_vectors, k, [flt] * len(fresh), order)
             for vector, hits in zip(fresh_vectors, found, strict=True):
-                expected = brute_force_positions(index.vectors @ vector, mask, k, order)
+                expected = brute_force_positions(index.scores(vector[None])[0], mask, k,
+                                                 order)
                 same += [h.id for h in hits] == [index.rows[j].id for j in expected]
                 checked += 1
     return same, checked
@@ -138,14 +148,20 @@ def report(name: str, value: str, ok: bool) -> None:
     print(f"{name:<48} {value:<50} {'PASS' if ok else 'MISS'}")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/local_cpu.yaml")
     parser.add_argument("--n-tasks", type=int, default=4000)
     parser.add_argument("--build-rounds", type=int, default=4)
     parser.add_argument("--http-rounds", type=int, default=4)
-    args = parser.parse_args()
+    parser.add_argument("--singles", type=int, default=50, help="single queries per HTTP round")
+    parser.add_argument("--batches", type=int, default=3, help="batched requests per HTTP round")
+    parser.add_argument("--indexed-checks", type=int, default=48,
+                        help="indexed texts checked against brute force, per filter")
+    parser.add_argument("--fresh-checks", type=int, default=200,
+                        help="new sentences checked against brute force, per filter and order")
+    args = parse_with_tiny(parser, argv, TINY)
     with tempfile.TemporaryDirectory(prefix="retrieval-bench-") as tmp:
         config_path, cfg = bench_config(args.config, Path(tmp), args.n_tasks)
         encoder = load_encoder(cfg.retrieval)
@@ -153,10 +169,12 @@ def main() -> int:
         index = SearchIndex(load_cache(cfg.retrieval.cache_path))
         server = start_retrieval_server(config_path, timeout_s=180)
         try:
-            queries = unseen_queries(5 + args.http_rounds * (50 + 3 * BATCH), seed=7)
-            latencies, single_qps, batch_qps = bench_http(server.url, queries,
-                                                          args.http_rounds, 50, 3)
-            same, checked = check_exactness(server.url, index, encoder, k=10)
+            queries = unseen_queries(5 + args.http_rounds * (args.singles + args.batches * BATCH),
+                                     seed=7)
+            latencies, single_qps, batch_qps = bench_http(server.url, queries, args.http_rounds,
+                                                          args.singles, args.batches)
+            same, checked = check_exactness(server.url, index, encoder, 10,
+                                            args.indexed_checks, args.fresh_checks)
         finally:
             server.stop()
     ms = np.array(latencies) * 1000

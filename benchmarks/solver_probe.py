@@ -1,6 +1,7 @@
 """Solver probe: how often the local policy's ALFWorld replies are admissible, per action format.
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.solver_probe [--games-per-type 4] [--episodes 4]
+        [--config configs/local_cpu.yaml] [--set section.key=value ...] [--tiny]
 
 Plays `--episodes` sampled solver episodes (the config's solver sampling, no skill) on the first
 `--games-per-type` train games of each `--types` task type, through the real ALFWorld router and
@@ -8,7 +9,9 @@ workers started here and the in-process policy, once with `alfworld.action_forma
 reference prompt) and once with `number`, both with lenient parsing. Prints, per format, the share
 of admissible replies, the win rate and how many per-game groups had varied outcomes, then the
 ratio of admissible shares (number / verbatim) — the measurement behind the CPU default's choice.
-Needs the config's prepared ALFWorld data (`bash scripts/run_local.sh` makes it).
+Needs the config's prepared ALFWorld data (`bash scripts/run_local.sh` makes it). `--tiny` (the
+test suite's smoke run): one game per type, one episode each, of at most 2 steps of at most 16
+new tokens; the same code path.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.cli import parse_with_tiny
 from env.launch import free_port, free_port_block
 from evolving_rl.clients.tokenizer import HFChatTokenizer
 from evolving_rl.config import Config, load_config
@@ -36,6 +40,8 @@ from evolving_rl.pipeline.episode import run_episode
 from evolving_rl.pipeline.timing import IOClock
 
 FORMATS = ("verbatim", "number")
+TINY = {"games_per_type": 1, "episodes": 1}
+TINY_OVERRIDES = ["pipeline.max_steps=2", "sampling.solver.max_new_tokens=16"]
 
 
 def probe_rows(cfg: Config, types: list[str], per_type: int) -> list[dict]:
@@ -74,23 +80,19 @@ async def play(cfg: Config, model, tokenizer, rows: list[dict], episodes: int) -
             "varied": sum(1 for w in wins.values() if 0 < sum(w) < len(w)), "groups": len(wins)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default="configs/local_cpu.yaml")
-    parser.add_argument("--types", default="look_at_obj_in_light,pick_and_place_simple")
-    parser.add_argument("--games-per-type", type=int, default=4)
-    parser.add_argument("--episodes", type=int, default=4, help="episodes per game")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
+def run_overrides(logs: str) -> list[str]:
+    """Free loopback ports for the servers and every output under `logs`."""
     router = free_port_block(3)
-    logs = tempfile.mkdtemp(prefix="solver_probe_")
-    cfg = load_config(args.config, [
-        f"alfworld.router_port={router}", f"alfworld.worker_base_port={router + 1}",
-        f"retrieval.port={free_port(exclude=range(router, router + 3))}",
-        f"alfworld.log_dir={logs}", f"run.output_dir={logs}"])
+    return [f"alfworld.router_port={router}", f"alfworld.worker_base_port={router + 1}",
+            f"retrieval.port={free_port(exclude=range(router, router + 3))}",
+            f"alfworld.log_dir={logs}", f"run.output_dir={logs}"]
+
+
+def probe(args: argparse.Namespace, cfg: Config) -> int:
+    """Start the ALFWorld servers, play both formats, stop the servers; print the shares."""
+    logs = Path(cfg.run.output_dir)
     torch.set_num_threads(cfg.local.torch_threads)
-    config_path = write_effective_config(cfg, Path(logs))
+    config_path = write_effective_config(cfg, logs)
     rows = probe_rows(cfg, args.types.split(","), args.games_per_type)
     path = resolve_model_path(cfg.local.model, cfg.local.models_dir)
     tokenizer = load_tokenizer(path)
@@ -113,6 +115,22 @@ def main(argv: list[str] | None = None) -> int:
     ratio = measured["number"]["admissible"] / base if base else float("inf")
     print(f"admissible share, number / verbatim: {ratio:.1f}x")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default="configs/local_cpu.yaml")
+    parser.add_argument("--types", default="look_at_obj_in_light,pick_and_place_simple")
+    parser.add_argument("--games-per-type", type=int, default=4)
+    parser.add_argument("--episodes", type=int, default=4, help="episodes per game")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="override a config key (repeatable)")
+    args = parse_with_tiny(parser, argv, TINY)
+    logging.basicConfig(level=logging.WARNING)
+    with tempfile.TemporaryDirectory(prefix="solver_probe_") as logs:
+        overrides = [*(TINY_OVERRIDES if args.tiny else []), *args.overrides]
+        return probe(args, load_config(args.config, [*overrides, *run_overrides(logs)]))
 
 
 if __name__ == "__main__":

@@ -20,29 +20,33 @@ CACHE = "cache" if "cache" in inspect.signature(LlamaForCausalLM.forward).parame
 
 
 def _decode(model: nn.Module, cache, prompt: torch.Tensor, steps: int,
-            keep: torch.Tensor | None = None) -> list[torch.Tensor]:
-    """Greedy decode; after the first step keep only the rows `keep`. Logits of every step."""
-    logits = []
+            keep: torch.Tensor | None = None, feed: list[torch.Tensor] | None = None):
+    """Decode `steps` tokens after `prompt`: greedy, or the tokens `feed` gives for each step;
+    after the first step keep only the rows `keep`. Returns each step's logits and tokens fed."""
+    logits, fed = [], []
     with torch.inference_mode():
         out = model(input_ids=prompt, use_cache=True, **{CACHE: cache})
-        tokens = out.logits[:, -1].argmax(-1, keepdim=True)
         for step in range(steps):
             cache = getattr(out, CACHE)
+            tokens = out.logits[:, -1].argmax(-1, keepdim=True)
             if step == 1 and keep is not None:
                 cache.batch_select_indices(keep)
                 tokens = tokens[keep]
+            tokens = tokens if feed is None else feed[step]
+            fed.append(tokens)
             out = model(input_ids=tokens, use_cache=True, **{CACHE: cache})
             logits.append(out.logits[:, -1].clone())
-            tokens = out.logits[:, -1].argmax(-1, keepdim=True)
-    return logits
+    return logits, fed
 
 
 def test_growing_cache_matches_dynamic_cache_across_reallocations():
+    """Both caches decode the same tokens (DynamicCache's greedy choices): an argmax of each
+    run's own logits could flip on a near-tie, and the logits are compared within tolerance."""
     model = tiny_llama()
     prompt = torch.randint(2, VOCAB, (3, CHUNK - 5), generator=torch.Generator().manual_seed(0))
     keep = torch.tensor([0, 2])
-    expected = _decode(model, DynamicCache(), prompt, CHUNK + 10, keep)
-    got = _decode(model, GrowingCache(), prompt, CHUNK + 10, keep)
+    expected, tokens = _decode(model, DynamicCache(), prompt, CHUNK + 10, keep)
+    got, _ = _decode(model, GrowingCache(), prompt, CHUNK + 10, keep, feed=tokens)
     assert len(got) == len(expected)
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)

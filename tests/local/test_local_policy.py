@@ -1,5 +1,10 @@
 """The in-process policy: batched = single-call results, merging of concurrent calls, per-row
-stops, and log-probs that equal what the trainer recomputes for the same tokens."""
+stops, and log-probs that equal what the trainer recomputes for the same tokens.
+
+Greedy token ids of two decode paths (batched or alone, reused prefix or not) are compared
+exactly, log-probs within a tolerance: each such test first checks that every greedy choice wins
+by a wide logit margin (`_assert_clear_greedy`), so float32 differences between the paths
+(~1e-6) cannot flip a choice on any CPU."""
 
 from __future__ import annotations
 
@@ -20,6 +25,17 @@ from evolving_rl.pipeline.types import Role, TrainSample
 GREEDY = SamplingParams(temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=12)
 SAMPLED = SamplingParams(temperature=1.0, top_p=1.0, top_k=-1, max_new_tokens=12)
 PROMPTS = [[5, 6, 7], [9, 10, 11, 12, 13, 14, 15], [20], [30, 31, 32, 33, 34]]
+MIN_MARGIN = 1e-3  # top-1 minus top-2 logit; the tiny model's smallest here is ~0.05
+
+
+def _assert_clear_greedy(model: torch.nn.Module, prompt: list[int], generation) -> None:
+    """Every greedy choice of `generation` after `prompt` wins by more than MIN_MARGIN (one full
+    forward, a third computation path)."""
+    ids = torch.tensor([list(prompt) + list(generation.token_ids)])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1]
+    top = logits.topk(2, dim=-1).values
+    assert float((top[:, 0] - top[:, 1]).min()) > MIN_MARGIN, "near-tie: ids may differ by path"
 
 
 def _policy(tokenizer, **kwargs) -> LocalPolicy:
@@ -40,7 +56,8 @@ def test_batched_greedy_equals_single_calls(tokenizer):
     got = asyncio.run(_concurrent(policy, PROMPTS, GREEDY))
     assert policy.stats.admissions == 1 and policy.stats.requests == len(PROMPTS)
     assert policy.stats.step_rows == len(PROMPTS) * policy.stats.steps  # all decoded together
-    for g, e in zip(got, expected, strict=True):
+    for prompt, g, e in zip(PROMPTS, got, expected, strict=True):
+        _assert_clear_greedy(single.model, prompt, e)
         assert g.token_ids == e.token_ids and g.finish_reason == e.finish_reason
         assert g.log_probs == pytest.approx(e.log_probs, abs=1e-5)
 
@@ -51,6 +68,7 @@ def test_concurrent_calls_beyond_max_batch_are_split(tokenizer):
     got = asyncio.run(_concurrent(policy, prompts, GREEDY))
     assert len(got) == 7 and policy.stats.requests == 7 and policy.stats.admissions >= 3
     assert policy.stats.step_rows <= 3 * policy.stats.steps
+    _assert_clear_greedy(policy.model, prompts[0], got[0])
     assert got[0].token_ids == got[4].token_ids
 
 
@@ -70,7 +88,8 @@ def test_a_late_request_joins_the_running_batch(tokenizer):
     policy = _policy(tokenizer, window_s=0.0)
     got = asyncio.run(_late_join(policy))
     assert policy.stats.admissions == 2 and policy.stats.step_rows > policy.stats.steps
-    for g, e in zip(got, expected, strict=True):
+    for prompt, g, e in zip(PROMPTS[1:3], got, expected, strict=True):
+        _assert_clear_greedy(policy.model, prompt, e)
         assert g.token_ids == e.token_ids
         assert g.log_probs == pytest.approx(e.log_probs, abs=1e-5)
 
@@ -78,6 +97,7 @@ def test_a_late_request_joins_the_running_batch(tokenizer):
 def test_rows_stop_on_their_own(tokenizer):
     policy = _policy(tokenizer)
     free = policy.generate_batch([PROMPTS[0]], [GREEDY])[0]
+    _assert_clear_greedy(policy.model, PROMPTS[0], free)
     stop_text = tokenizer.decode(free.token_ids[:3])
     short = SamplingParams(0.0, 1.0, -1, max_new_tokens=2)
     stopping = SamplingParams(0.0, 1.0, -1, max_new_tokens=12, stop=(stop_text,))
@@ -155,7 +175,8 @@ def test_prefix_reuse_gives_the_same_generations(tokenizer):
     got = reusing.generate_batch(second, [GREEDY] * 3)
     expected = [plain.generate_batch([p], [GREEDY])[0] for p in second]
     assert reusing.prefixes.hits == 2 and plain.prefixes is None
-    for g, e in zip(got, expected, strict=True):
+    for prompt, g, e in zip(second, got, expected, strict=True):
+        _assert_clear_greedy(plain.model, prompt, e)
         assert g.token_ids == e.token_ids
         assert g.log_probs == pytest.approx(e.log_probs, abs=1e-5)
 
@@ -193,7 +214,8 @@ def test_an_admission_encodes_a_shared_prefix_once(tokenizer):
     expected = [_policy(tokenizer).generate_batch([p], [GREEDY])[0] for p in prompts]
     assert policy.stats.shared_prefix_tokens == len(system)
     assert policy.prefixes.hits == 4 and policy.prefixes.reused_tokens == 4 * len(system)
-    for g, e in zip(got, expected, strict=True):
+    for prompt, g, e in zip(prompts, got, expected, strict=True):
+        _assert_clear_greedy(policy.model, prompt, e)
         assert g.token_ids == e.token_ids
         assert g.log_probs == pytest.approx(e.log_probs, abs=1e-5)
 

