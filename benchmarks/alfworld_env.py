@@ -37,7 +37,7 @@ import requests
 from benchmarks.cli import parse_with_tiny
 from env.alfworld import launch
 from env.launch import free_port_block
-from evolving_rl.config import load_config
+from evolving_rl.config import Config, load_config
 
 logger = logging.getLogger("alfworld_env")
 TINY = {"clients": "2", "episodes": 4, "steps": 2, "games": 4, "workers": 1, "warmup": 2,
@@ -165,15 +165,16 @@ def worker_rss(url: str) -> list[int]:
     return [psutil.Process(w["pid"]).memory_info().rss for w in health["workers"]]
 
 
-def start_servers(args, root: Path, run_dir: Path) -> tuple[str, list[str]]:
+def start_servers(args, root: Path, run_dir: Path) -> tuple[str, Config]:
     router = free_port_block(1 + args.workers)
     base = router + 1
     overrides = [f"alfworld.data_root={root}", f"alfworld.router_port={router}",
                  f"alfworld.worker_base_port={base}", f"alfworld.n_workers={args.workers}",
                  f"alfworld.log_dir={run_dir / 'logs'}",
                  f"alfworld.capacity_per_worker={args.capacity}"]
-    launch.start(args.config, overrides)
-    return f"http://127.0.0.1:{router}", overrides
+    cfg = load_config(args.config, overrides)
+    launch.start(cfg)
+    return f"http://127.0.0.1:{router}", cfg
 
 
 def memory_mode(url: str, games: list[str], args) -> None:
@@ -251,7 +252,7 @@ def main(argv: list[str] | None = None) -> None:
     logger.info("%d games, %d CPUs, load average %s", len(games), os.cpu_count(),
                 os.getloadavg())
     with tempfile.TemporaryDirectory(prefix="alfworld_bench_") as tmp:
-        url, overrides = start_servers(args, root, Path(tmp))
+        url, cfg = start_servers(args, root, Path(tmp))
         try:
             if args.mode == "memory":
                 memory_mode(url, games, args)
@@ -260,7 +261,7 @@ def main(argv: list[str] | None = None) -> None:
             else:
                 throughput_mode(url, root, games, args)
         finally:
-            launch.stop(args.config, overrides)
+            launch.stop(cfg)
 
 
 def throughput_mode(url: str, root: Path, games: list[str], args) -> None:

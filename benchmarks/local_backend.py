@@ -39,12 +39,13 @@ from benchmarks.cli import parse_with_tiny
 from evolving_rl.clients.policy import SamplingParams
 from evolving_rl.clients.tokenizer import HFChatTokenizer
 from evolving_rl.config import load_config
+from evolving_rl.core.roles import Role
+from evolving_rl.core.samples import TrainSample
 from evolving_rl.domains.base import Observation, TaskSpec
 from evolving_rl.local.model import load_model, load_tokenizer, resolve_model_path
 from evolving_rl.local.policy import LocalPolicy
 from evolving_rl.local.trainer import GRPOTrainer, build_token_batch
 from evolving_rl.pipeline.context import make_adapter
-from evolving_rl.pipeline.types import Role, TrainSample
 
 TARGET_GENERATION, TARGET_TRAINER, TARGET_RSS_GB = 3.0, 0.8, 6.0
 TINY = {"episodes": 2, "new_tokens": 4, "turns": 2, "train_samples": 2, "train_length": 32}

@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(config)
         subprocess.run([sys.executable, "-m", "evolving_rl.retrieval.build", "--config",
                         str(config)], check=True, stdout=subprocess.DEVNULL)
-        start_retrieval_server(config)
+        start_retrieval_server(cfg)
         try:
             alfworld_launch("start", config)
             try:
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 alfworld_launch("stop", config)
         finally:
-            stop_retrieval_server(config)
+            stop_retrieval_server(cfg)
     met = report(metrics, cpu_s, sizes)
     return 0 if met or args.tiny else 1
 

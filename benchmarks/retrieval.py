@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.retrieval [--config configs/local_cpu.yaml] [--n-tasks 4000]
         [--tiny]
 
-(run from the repository root, so that `env` and `benchmarks` import).
+(run from the repository root, so that `env`, `tests` and `benchmarks` import).
 
 Builds an index of synthetic ALFWorld-like tasks with the configured model (all-MiniLM-L6-v2 on
 CPU by default) in a temporary folder, starts the real server as a subprocess and measures:
@@ -31,12 +31,11 @@ from pathlib import Path
 
 import numpy as np
 import requests
-import yaml
 
 from benchmarks.cli import parse_with_tiny
 from env.launch import free_port
 from env.retrieval.launcher import start_retrieval_server
-from evolving_rl.config import Config, load_config, to_dict
+from evolving_rl.config import Config, load_config, parse_config, to_dict
 from evolving_rl.retrieval.build import prepared_dir_for, refresh_cache
 from evolving_rl.retrieval.cache import load_cache
 from evolving_rl.retrieval.encoder import Encoder, load_encoder
@@ -45,8 +44,8 @@ from evolving_rl.retrieval.index import (
     SearchIndex,
     brute_force_positions,
 )
-from evolving_rl.retrieval.synthetic import unseen_queries, write_prepared_splits
 from evolving_rl.retrieval.tasks import load_task_rows
+from tests.fakes.synthetic_tasks import unseen_queries, write_prepared_splits
 
 BATCH = 64
 TINY = {"n_tasks": 64, "build_rounds": 1, "http_rounds": 1, "singles": 8, "batches": 1,
@@ -55,16 +54,14 @@ FILTERS = (SearchFilter(), SearchFilter(split="train"),
            SearchFilter(split="valid_unseen", task_types=("pick_two_obj_and_place",)))
 
 
-def bench_config(base: str, folder: Path, n_tasks: int) -> tuple[Path, Config]:
-    """Write the base config, retargeted at `folder`, as the benchmark's config file."""
+def bench_config(base: str, folder: Path, n_tasks: int) -> Config:
+    """The base config retargeted at `folder`, where the benchmark's task splits are written."""
     data = to_dict(load_config(base))
     data["retrieval"].update(prepared_dir=str(folder / "prepared"),
                              cache_path=str(folder / "cache.npz"), log_dir=str(folder / "logs"),
                              port=free_port(), max_batch_queries=max(BATCH, 64))
     write_prepared_splits(folder / "prepared", n_tasks)
-    path = folder / "config.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path, load_config(path)
+    return parse_config(data)
 
 
 def bench_build(cfg: Config, encoder: Encoder, rounds: int) -> tuple[float, float, int]:
@@ -163,11 +160,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="new sentences checked against brute force, per filter and order")
     args = parse_with_tiny(parser, argv, TINY)
     with tempfile.TemporaryDirectory(prefix="retrieval-bench-") as tmp:
-        config_path, cfg = bench_config(args.config, Path(tmp), args.n_tasks)
+        cfg = bench_config(args.config, Path(tmp), args.n_tasks)
         encoder = load_encoder(cfg.retrieval)
         build_tps, bare_tps, n_texts = bench_build(cfg, encoder, args.build_rounds)
         index = SearchIndex(load_cache(cfg.retrieval.cache_path))
-        server = start_retrieval_server(config_path, timeout_s=180)
+        server = start_retrieval_server(cfg, timeout_s=180)
         try:
             queries = unseen_queries(5 + args.http_rounds * (args.singles + args.batches * BATCH),
                                      seed=7)

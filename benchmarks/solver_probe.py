@@ -20,19 +20,18 @@ import argparse
 import asyncio
 import dataclasses
 import logging
-import subprocess
 import sys
 import tempfile
 from collections import Counter, defaultdict
-from pathlib import Path
 
 import torch
 
 from benchmarks.cli import parse_with_tiny
+from env.alfworld import launch
 from env.launch import free_port, free_port_block
 from evolving_rl.clients.tokenizer import HFChatTokenizer
 from evolving_rl.config import Config, load_config
-from evolving_rl.local.job import read_split, write_effective_config
+from evolving_rl.local.job import read_split
 from evolving_rl.local.model import load_model, load_tokenizer, resolve_model_path
 from evolving_rl.local.policy import LocalPolicy
 from evolving_rl.pipeline.context import build_context, make_adapter
@@ -90,15 +89,12 @@ def run_overrides(logs: str) -> list[str]:
 
 def probe(args: argparse.Namespace, cfg: Config) -> int:
     """Start the ALFWorld servers, play both formats, stop the servers; print the shares."""
-    logs = Path(cfg.run.output_dir)
     torch.set_num_threads(cfg.local.torch_threads)
-    config_path = write_effective_config(cfg, logs)
     rows = probe_rows(cfg, args.types.split(","), args.games_per_type)
     path = resolve_model_path(cfg.local.model, cfg.local.models_dir)
     tokenizer = load_tokenizer(path)
     model = load_model(path, cfg.local.device, cfg.local.dtype, trainable=False)
-    launch = [sys.executable, "-m", "env.alfworld.launch"]
-    subprocess.run([*launch, "start", "--config", str(config_path)], check=True)
+    launch.start(cfg)
     measured = {}
     try:
         for action_format in FORMATS:
@@ -110,7 +106,7 @@ def probe(args: argparse.Namespace, cfg: Config) -> int:
                   f"{out['replies']}, wins {out['wins']}/{out['episodes']}, games with varied "
                   f"outcomes {out['varied']}/{out['groups']}")
     finally:
-        subprocess.run([*launch, "stop", "--config", str(config_path)], check=False)
+        launch.stop(cfg)
     base = measured["verbatim"]["admissible"]
     ratio = measured["number"]["admissible"] / base if base else float("inf")
     print(f"admissible share, number / verbatim: {ratio:.1f}x")

@@ -1,16 +1,19 @@
 """Generic process launching for the env servers: PID files, health waits, PID-scoped stops.
 
-Owns what every server launcher needs and nothing server-specific: start a server command as
-its own session with output to a log file, wait until its health URL answers 200 (failing fast
-when the process dies), write/remove the server's own PID file, and stop a server by the PID in
-its PID file after checking that the PID still runs the expected command. Nothing here ever
-signals a process it cannot tie to a PID file it was given.
+Owns what every server launcher needs and nothing server-specific: hand a `Config` to a server
+process on its command line (`--config-json`, or `--config FILE` when an operator starts one),
+start a server command as its own session with output to a log file, wait until its health URL
+answers 200 (failing fast when the process dies), write/remove the server's own PID file, and
+stop a server by the PID in its PID file after checking that the PID still runs the expected
+command. Nothing here ever signals a process it cannot tie to a PID file it was given.
 """
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -22,6 +25,8 @@ import urllib.request
 from collections.abc import Collection
 from pathlib import Path
 
+from evolving_rl.config import Config, load_config, parse_config, to_dict
+
 logger = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -29,6 +34,30 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 class LaunchError(RuntimeError):
     """A server did not come up healthy in time, or exited while starting."""
+
+
+def config_arguments(cfg: Config) -> list[str]:
+    """The arguments that hand `cfg` to a server process (read back by `config_from_args`)."""
+    return ["--config-json", json.dumps(to_dict(cfg), separators=(",", ":"))]
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """A server's config options: `--config FILE` or `--config-json JSON` (what the launchers
+    pass), and any number of `--set KEY=VALUE`."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--config", help="YAML config (configs/*.yaml)")
+    source.add_argument("--config-json", help="the whole config as JSON (from a launcher)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="override a config key")
+
+
+def config_from_args(args: argparse.Namespace, overrides: list[str] | None = None) -> Config:
+    """The config of `add_config_arguments`' options, their `--set`s and then `overrides`
+    applied."""
+    every = [*args.overrides, *(overrides or [])]
+    if args.config_json is not None:
+        return parse_config(json.loads(args.config_json), "--config-json", every)
+    return load_config(args.config, every)
 
 
 _PORT_TRIES = 200

@@ -60,18 +60,18 @@ def contract_config(contract_config_path) -> Config:
 
 
 @pytest.fixture(scope="session")
-def retrieval_server(contract_config_path):
+def retrieval_server(contract_config_path, contract_config):
     """The real retrieval server over the generated tasks, for the whole session."""
     from env.retrieval.launcher import start_retrieval_server, stop_retrieval_server
 
     subprocess.run([sys.executable, "-m", "evolving_rl.retrieval.build", "--config",
                     str(contract_config_path)], check=True, cwd=ROOT, timeout=300,
                    stdout=subprocess.DEVNULL)
-    start_retrieval_server(contract_config_path, timeout_s=120)
+    start_retrieval_server(contract_config, timeout_s=120)
     try:
         yield contract_config_path
     finally:
-        stop_retrieval_server(contract_config_path)
+        stop_retrieval_server(contract_config)
 
 
 @pytest.fixture(scope="session")

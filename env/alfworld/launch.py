@@ -1,11 +1,14 @@
-"""Start and stop the ALFWorld servers (router + N workers) from a config, by PID file only.
+"""Start and stop the ALFWorld servers (router + N workers) of a config, by PID file only.
 
-Owns the operator commands. `start` launches the router as its own session, which spawns and
-supervises the workers; it returns once the router reports every worker healthy. Each process
-writes its own PID file under `log_dir` (`router.pid`, `worker-<i>.pid`, rewritten by a
-respawned worker) and logs to its own file there. `stop` signals exactly the PIDs in those files
-(SIGTERM, then SIGKILL after `stop_timeout_s`), after checking each still runs our module — the
-router first (it stops its workers), then any worker left over (e.g. when the router was killed).
+Owns the launch API, `start(cfg)` / `stop(cfg)` (what the main job calls), and the operator
+commands over it, which build the `Config` from `--config` and `--set`. `start` launches the
+router as its own session, handing it the config (`env.launch.config_arguments`); the router
+spawns and supervises the workers; `start` returns once the router reports every worker
+healthy. Each process writes its own PID file under `log_dir` (`router.pid`, `worker-<i>.pid`,
+rewritten by a respawned worker) and logs to its own file there. `stop` signals exactly the PIDs
+in those files (SIGTERM, then SIGKILL after `stop_timeout_s`), after checking each still runs
+our module — the router first (it stops its workers), then any worker left over (e.g. when the
+router was killed).
 
     python -m env.alfworld.launch start --config configs/alfworld.yaml [--set alfworld.n_workers=4]
     python -m env.alfworld.launch stop  --config configs/alfworld.yaml
@@ -18,8 +21,15 @@ import logging
 import sys
 from pathlib import Path
 
-from env.launch import LaunchError, health_ok, read_pid, start_server, stop_pid_file
-from evolving_rl.config import load_config
+from env.launch import (
+    LaunchError,
+    config_arguments,
+    health_ok,
+    read_pid,
+    start_server,
+    stop_pid_file,
+)
+from evolving_rl.config import Config, load_config
 
 logger = logging.getLogger(__name__)
 
@@ -27,35 +37,28 @@ ROUTER_MODULE = "env.alfworld.router"
 WORKER_MODULE = "env.alfworld.worker"
 
 
-def router_url(config: str, overrides: list[str]) -> str:
-    cfg = load_config(config, overrides).alfworld
-    return f"http://{cfg.host}:{cfg.router_port}"
-
-
-def start(config: str, overrides: list[str] | None = None) -> int:
-    """Start router + workers and wait until all are healthy; the router's PID."""
-    overrides = list(overrides or [])
-    cfg = load_config(config, overrides).alfworld
-    log_dir = Path(cfg.log_dir)
-    url = f"http://{cfg.host}:{cfg.router_port}"
+def start(cfg: Config) -> int:
+    """Start router + workers of `cfg.alfworld` and wait until all are healthy; the router's PID."""
+    alf = cfg.alfworld
+    log_dir = Path(alf.log_dir)
+    url = f"http://{alf.host}:{alf.router_port}"
     if read_pid(log_dir / "router.pid") is not None and health_ok(f"{url}/health"):
         raise LaunchError(f"an ALFWorld router is already running at {url} (see {log_dir})")
-    sets = [arg for item in overrides for arg in ("--set", item)]
-    cmd = [sys.executable, "-m", ROUTER_MODULE, "--config", config, *sets]
-    timeout = cfg.start_timeout_s * 2  # workers start in parallel, then the router answers
+    cmd = [sys.executable, "-m", ROUTER_MODULE, *config_arguments(cfg)]
+    timeout = alf.start_timeout_s * 2  # workers start in parallel, then the router answers
     proc = start_server(cmd, f"{url}/health", log_dir / "router.log", timeout_s=timeout)
     logger.info("ALFWorld router pid %d at %s with %d workers; logs in %s", proc.pid, url,
-                cfg.n_workers, log_dir)
+                alf.n_workers, log_dir)
     return proc.pid
 
 
-def stop(config: str, overrides: list[str] | None = None) -> int:
+def stop(cfg: Config) -> int:
     """Stop the processes named by our PID files; how many were signalled."""
-    cfg = load_config(config, list(overrides or [])).alfworld
-    log_dir = Path(cfg.log_dir)
-    stopped = int(stop_pid_file(log_dir / "router.pid", ROUTER_MODULE, cfg.stop_timeout_s))
+    alf = cfg.alfworld
+    log_dir = Path(alf.log_dir)
+    stopped = int(stop_pid_file(log_dir / "router.pid", ROUTER_MODULE, alf.stop_timeout_s))
     for pid_file in sorted(log_dir.glob("worker-*.pid")):
-        stopped += int(stop_pid_file(pid_file, WORKER_MODULE, cfg.stop_timeout_s))
+        stopped += int(stop_pid_file(pid_file, WORKER_MODULE, alf.stop_timeout_s))
     logger.info("stopped %d ALFWorld server processes", stopped)
     return stopped
 
@@ -67,10 +70,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    cfg = load_config(args.config, args.set)
     if args.action == "start":
-        start(args.config, args.set)
+        start(cfg)
     else:
-        stop(args.config, args.set)
+        stop(cfg)
 
 
 if __name__ == "__main__":

@@ -190,13 +190,12 @@ class WorkerPool:
                 stop_process(handle.proc, self.cfg.stop_timeout_s)
 
 
-def worker_command(config: str, overrides: list[str],
-                   parent_pid: int) -> Callable[[int], list[str]]:
-    """The command line of worker `index` (same config and overrides as the router)."""
-    sets = [arg for item in overrides for arg in ("--set", item)]
+def worker_command(config_args: list[str], parent_pid: int) -> Callable[[int], list[str]]:
+    """The command line of worker `index`; `config_args` hand it the router's config
+    (`env.launch.config_arguments`)."""
 
     def cmd(index: int) -> list[str]:
-        return [sys.executable, "-m", "env.alfworld.worker", "--config", config, *sets,
+        return [sys.executable, "-m", "env.alfworld.worker", *config_args,
                 "--index", str(index), "--parent-pid", str(parent_pid)]
 
     return cmd

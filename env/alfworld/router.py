@@ -36,8 +36,13 @@ from env.alfworld.wire import (
     read_json_object,
     unknown,
 )
-from env.launch import exit_on_sigterm, write_pid_file
-from evolving_rl.config import load_config
+from env.launch import (
+    add_config_arguments,
+    config_arguments,
+    config_from_args,
+    exit_on_sigterm,
+    write_pid_file,
+)
 from evolving_rl.config.schema import AlfworldConfig
 
 logger = logging.getLogger(__name__)
@@ -151,15 +156,14 @@ def create_app(cfg: AlfworldConfig, pool: WorkerPool, upstream: Upstream) -> Fla
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    args = parser.parse_args(argv)
-    cfg = load_config(args.config, args.set).alfworld
+    add_config_arguments(parser)
+    config = config_from_args(parser.parse_args(argv))
+    cfg = config.alfworld
     logging.basicConfig(level=logging.INFO, format="%(asctime)s router %(levelname)s %(message)s")
     exit_on_sigterm()
     write_pid_file(Path(cfg.log_dir) / "router.pid")
     http = urllib3.PoolManager(maxsize=cfg.threads_per_server * 2, block=False)
-    pool = WorkerPool(cfg, worker_command(args.config, args.set, os.getpid()), http)
+    pool = WorkerPool(cfg, worker_command(config_arguments(config), os.getpid()), http)
     try:
         pool.start_all()
         threading.Thread(target=pool.supervise, daemon=True, name="supervise").start()

@@ -29,7 +29,7 @@ import fast_downward
 import textworld
 from textworld.envs.pddl import logic as pddl_logic
 
-from env.alfworld.runtime import DownwardLib, Fact, GameRuntime
+from env.alfworld.runtime import DownwardLib, Fact, GameRuntime, to_fact
 
 TEMPLATE_PREDICATE = re.compile(r"(\w+)\(")
 
@@ -54,13 +54,9 @@ class CompiledGame:
         for atom in lib.atoms():
             prop = atom.get_fact(self.name2type)
             if not prop.is_negation:
-                facts.append((prop.name, tuple((v.name, v.type) for v in prop.arguments)))
+                facts.append(to_fact(prop))
         return GameRuntime.build(self.key, self.sas, self.logic_pickle, self.params,
                                  self.name2type, facts, self.commands_static)
-
-    @property
-    def size_bytes(self) -> int:
-        return len(self.sas) + len(self.logic_pickle)
 
 
 def watch_parent(parent_pid: int, period_s: float = 0.5) -> None:

@@ -33,8 +33,7 @@ from env.alfworld.wire import (
     install_error_handlers,
     read_json_object,
 )
-from env.launch import exit_on_sigterm, write_pid_file
-from evolving_rl.config import load_config
+from env.launch import add_config_arguments, config_from_args, exit_on_sigterm, write_pid_file
 from evolving_rl.config.schema import AlfworldConfig
 
 logger = logging.getLogger(__name__)
@@ -127,12 +126,11 @@ def _housekeeping(table: EpisodeTable, ttl_s: float, parent_pid: int | None,
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    add_config_arguments(parser)
     parser.add_argument("--index", type=int, required=True)
     parser.add_argument("--parent-pid", type=int, default=None)
     args = parser.parse_args(argv)
-    cfg = load_config(args.config, args.set).alfworld
+    cfg = config_from_args(args).alfworld
     logging.basicConfig(level=logging.INFO,
                         format=f"%(asctime)s worker-{args.index} %(levelname)s %(message)s")
     exit_on_sigterm()

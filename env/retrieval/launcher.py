@@ -4,9 +4,12 @@
     python -m env.retrieval.launcher stop  --config configs/local_cpu.yaml [--port N]
 
 Owns the retrieval-specific part of launching (command line, health URL, PID and log file
-names); the generic mechanics are in `env.launch`. Tests and shell launchers use
-`start_retrieval_server` / `stop_retrieval_server`. Stopping signals only the PID recorded in
-this server's PID file, and only if that PID still runs `env.retrieval`.
+names); the generic mechanics are in `env.launch`. The launch API, `start_retrieval_server(cfg)`
+/ `stop_retrieval_server(cfg)`, takes a `Config` (the main job, tests and benchmarks call it);
+the command line builds that `Config` from `--config`, `--port` and `--set`, then calls it.
+The server process gets the config on its command line (`env.launch.config_arguments`).
+Stopping signals only the PID recorded in this server's PID file, and only if that PID still
+runs `env.retrieval`.
 """
 
 from __future__ import annotations
@@ -18,10 +21,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from env.launch import LaunchError, start_server, stop_pid_file, stop_process
+from env.launch import LaunchError, config_arguments, start_server, stop_pid_file, stop_process
 from env.retrieval.server import log_file, pid_file
-from evolving_rl.config import ConfigError, load_config
-from evolving_rl.config.schema import RetrievalConfig
+from evolving_rl.config import Config, ConfigError, load_config
 
 logger = logging.getLogger(__name__)
 
@@ -41,31 +43,19 @@ class RetrievalServer:
         return stop_process(self.proc, timeout_s)
 
 
-def _retrieval_config(config_path: str | Path, port: int | None,
-                      overrides: list[str]) -> tuple[RetrievalConfig, list[str]]:
-    overrides = list(overrides) + ([f"retrieval.port={port}"] if port is not None else [])
-    return load_config(config_path, overrides).retrieval, overrides
-
-
-def start_retrieval_server(config_path: str | Path, port: int | None = None,
-                           overrides: list[str] | tuple[str, ...] = (),
-                           timeout_s: float = 120.0) -> RetrievalServer:
-    """Start `python -m env.retrieval` in the background and wait for `/health`."""
-    cfg, all_overrides = _retrieval_config(config_path, port, list(overrides))
-    cmd = [sys.executable, "-m", MODULE, "--config", str(config_path)]
-    for override in all_overrides:
-        cmd += ["--set", override]
-    url = f"http://{cfg.host}:{cfg.port}"
+def start_retrieval_server(cfg: Config, timeout_s: float = 120.0) -> RetrievalServer:
+    """Start `python -m env.retrieval` with `cfg` in the background and wait for `/health`."""
+    retrieval = cfg.retrieval
+    cmd = [sys.executable, "-m", MODULE, *config_arguments(cfg)]
+    url = f"http://{retrieval.host}:{retrieval.port}"
     # The server logs to its own .log; its raw stdout/stderr (crashes, warnings) go to .out.
-    proc = start_server(cmd, f"{url}/health", log_file(cfg).with_suffix(".out"), timeout_s)
-    return RetrievalServer(proc, url, pid_file(cfg), log_file(cfg))
+    proc = start_server(cmd, f"{url}/health", log_file(retrieval).with_suffix(".out"), timeout_s)
+    return RetrievalServer(proc, url, pid_file(retrieval), log_file(retrieval))
 
 
-def stop_retrieval_server(config_path: str | Path, port: int | None = None,
-                          overrides: list[str] | tuple[str, ...] = ()) -> bool:
+def stop_retrieval_server(cfg: Config) -> bool:
     """Stop the server recorded in the configured PID file; False when none was running."""
-    cfg, _ = _retrieval_config(config_path, port, list(overrides))
-    return stop_pid_file(pid_file(cfg), MODULE)
+    return stop_pid_file(pid_file(cfg.retrieval), MODULE)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,13 +69,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for health")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    port = [f"retrieval.port={args.port}"] if args.port is not None else []
     try:
+        cfg = load_config(args.config, [*args.overrides, *port])
         if args.action == "start":
-            server = start_retrieval_server(args.config, args.port, args.overrides, args.timeout)
+            server = start_retrieval_server(cfg, args.timeout)
             logger.info("retrieval server pid %d at %s (log %s)", server.proc.pid, server.url,
                         server.log_file)
         else:
-            stop_retrieval_server(args.config, args.port, args.overrides)
+            stop_retrieval_server(cfg)
     except (ConfigError, LaunchError) as err:
         logger.error("%s", err)
         return 2

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from waitress import create_server
 
-from env.launch import write_pid_file
+from env.launch import add_config_arguments, config_from_args, write_pid_file
 from env.retrieval.app import create_app
-from evolving_rl.config import ConfigError, load_config
+from evolving_rl.config import ConfigError
 from evolving_rl.config.schema import RetrievalConfig
 from evolving_rl.retrieval.cache import CacheError, load_cache
 from evolving_rl.retrieval.encoder import Encoder, ModelLoadError, load_encoder, resolve_model
@@ -69,18 +69,16 @@ def _setup_logging(cfg: RetrievalConfig) -> None:
 def _parse_config(argv: list[str] | None) -> RetrievalConfig:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", required=True, help="YAML config (configs/*.yaml)")
+    add_config_arguments(parser)
     parser.add_argument("--host", help="override retrieval.host")
     parser.add_argument("--port", type=int, help="override retrieval.port")
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="KEY=VALUE", help="override a config key")
     args = parser.parse_args(argv)
-    overrides = list(args.overrides)
+    overrides = []
     if args.host is not None:
         overrides.append(f"retrieval.host={args.host}")
     if args.port is not None:
         overrides.append(f"retrieval.port={args.port}")
-    return load_config(args.config, overrides).retrieval
+    return config_from_args(args, overrides).retrieval
 
 
 def main(argv: list[str] | None = None) -> int:

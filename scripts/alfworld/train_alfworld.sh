@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Train the solver + extractor policy on ALFWorld with slime (reference run, DESIGN.md section 1):
+# Train the solver + extractor policy on ALFWorld with slime (reference run: docs/fidelity.md):
 # Qwen2.5-7B-Instruct, 8 GPUs, TP 2, training and rollout colocated, 16 source tasks per rollout,
 # one optimiser step per rollout, Adam lr 1e-6 constant, betas (0.9, 0.98), wd 0.1, PPO clip
 # 0.1 / 0.15, low-variance KL to the reference (per-role coefficients from our config).

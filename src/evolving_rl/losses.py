@@ -1,6 +1,6 @@
 """Pure torch math of the policy loss, shared by the slime path and the local trainer.
 
-Owns the per-token objective of DESIGN.md section 1.8, with no knowledge of slime, Megatron or
+Owns the per-token objective of docs/design.md §4.5, with no knowledge of slime, Megatron or
 batching:
 
     loss_t = pg_t + kl_coef_t * kl_t - entropy_coef_t * entropy_t

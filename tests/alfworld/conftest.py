@@ -22,6 +22,7 @@ pytest.importorskip("fast_downward")
 
 from env.alfworld import launch  # noqa: E402
 from env.launch import free_port_block  # noqa: E402
+from evolving_rl.config import Config, parse_config  # noqa: E402
 
 DATA_DIR = "json_2.1.1"
 
@@ -76,8 +77,7 @@ class Servers:
     """A running router + workers started by the launcher."""
 
     url: str
-    config: str
-    overrides: list[str]
+    cfg: Config
     log_dir: Path
 
     def health(self) -> dict:
@@ -104,14 +104,12 @@ def launch_servers(tmp_path_factory, alfworld_root) -> Iterator[Callable[..., Se
         values = {"data_root": str(alfworld_root), "router_port": router,
                   "worker_base_port": base, "log_dir": str(run / "logs"),
                   "health_interval_s": 0.3, "start_timeout_s": 60, **settings}
-        overrides = [f"alfworld.{k}={v}" for k, v in values.items()]
-        config = run / "config.yaml"
-        config.write_text("environment: alfworld\n")
-        launch.start(str(config), overrides)
-        servers = Servers(f"http://127.0.0.1:{router}", str(config), overrides, run / "logs")
+        cfg = parse_config({"environment": "alfworld", "alfworld": values})
+        launch.start(cfg)
+        servers = Servers(f"http://127.0.0.1:{router}", cfg, run / "logs")
         started.append(servers)
         return servers
 
     yield _start
     for servers in started:
-        launch.stop(servers.config, servers.overrides)
+        launch.stop(servers.cfg)

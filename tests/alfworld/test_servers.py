@@ -174,7 +174,7 @@ def test_stop_leaves_no_process(launch_servers, alfworld_games):
     router = psutil.Process(own.health()["pid"])
     family = [router, *router.children(recursive=True)]
     assert len(family) >= 4
-    assert launch.stop(own.config, own.overrides) >= 1
+    assert launch.stop(own.cfg) >= 1
     gone, alive = psutil.wait_procs(family, timeout=15)
     assert not alive, alive
     assert not list(own.log_dir.glob("*.pid"))

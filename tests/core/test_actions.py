@@ -1,17 +1,10 @@
-"""Tests for evolving_rl.core.actions: the action tag, ALFWorld commands, Mind2Web actions."""
+"""Tests for evolving_rl.core.actions: the action tag and ALFWorld commands."""
 
 import time
 
 import pytest
 
-from evolving_rl.core.actions import (
-    ActionStatus,
-    WebAction,
-    WebOp,
-    extract_action,
-    parse_alfworld_action,
-    parse_web_action,
-)
+from evolving_rl.core.actions import ActionStatus, extract_action, parse_alfworld_action
 
 ADMISSIBLE = ["go to desk 1", "take mug 1 from desk 1", "open drawer 2", "look", "inventory"]
 
@@ -161,118 +154,6 @@ def test_duplicate_admissible_first_wins():
     assert result.action == "Look"
 
 
-# --- Mind2Web ----------------------------------------------------------------------------------
-
-
-def web(content):
-    return parse_web_action(f"<action>{content}</action>")
-
-
-def assert_web(content, op, ref, value=None):
-    result = web(content)
-    assert result.ok, result.status
-    assert result.status is ActionStatus.OK
-    assert result.action == WebAction(op, ref, value)
-
-
-@pytest.mark.parametrize(
-    ("content", "op", "ref", "value"),
-    [
-        ('{"op": "CLICK", "ref": "e3"}', WebOp.CLICK, "e3", None),
-        ('{"op": "click", "ref": "e3", "value": "ignored"}', WebOp.CLICK, "e3", None),
-        ('{"op": "TYPE", "ref": "e12", "value": " New York "}', WebOp.TYPE, "e12", "New York"),
-        ('{"op": "Select", "ref": "E7", "value": "Economy"}', WebOp.SELECT, "e7", "Economy"),
-        ('{"op": "TYPE", "ref": "e1", "value": 10001}', WebOp.TYPE, "e1", "10001"),
-        ('{"op": "HOVER", "ref": "e4"}', WebOp.CLICK, "e4", None),
-        ('{"op": "enter", "ref": "e5", "value": ""}', WebOp.CLICK, "e5", None),
-        ('{"OP": "TYPE", "Ref": "e2", "VALUE": "x"}', WebOp.TYPE, "e2", "x"),
-        ('{"op": "CLICK", "ref": "[e9]"}', WebOp.CLICK, "e9", None),
-        ('{"op": "CLICK", "ref": "e3"} because it is the button', WebOp.CLICK, "e3", None),
-        ('```json\n{"op": "CLICK", "ref": "e3"}\n```', WebOp.CLICK, "e3", None),
-        ('I will click: {"op": "CLICK", "ref": "e3"}', WebOp.CLICK, "e3", None),
-        ('{"op": "TYPE", "ref": "e2", "value": "a {b} \\"c\\""}', WebOp.TYPE, "e2", 'a {b} "c"'),
-    ],
-)
-def test_web_json(content, op, ref, value):
-    assert_web(content, op, ref, value)
-
-
-@pytest.mark.parametrize(
-    ("content", "op", "ref", "value"),
-    [
-        ("CLICK e3", WebOp.CLICK, "e3", None),
-        ("click e3", WebOp.CLICK, "e3", None),
-        ("TYPE e12 | New York", WebOp.TYPE, "e12", "New York"),
-        ("TYPE e12|New York", WebOp.TYPE, "e12", "New York"),
-        ("type e12 | a | b", WebOp.TYPE, "e12", "a | b"),
-        ("TYPE e12 New  York", WebOp.TYPE, "e12", "New  York"),
-        ("SELECT [e4] | Two adults", WebOp.SELECT, "e4", "Two adults"),
-        ("HOVER e8", WebOp.CLICK, "e8", None),
-        ("ENTER e2", WebOp.CLICK, "e2", None),
-        ("CLICK e3 | ignored", WebOp.CLICK, "e3", None),
-        ("TYPE e1 | {curly}", WebOp.TYPE, "e1", "{curly}"),
-    ],
-)
-def test_web_fallback(content, op, ref, value):
-    assert_web(content, op, ref, value)
-
-
-def test_web_unclosed_tag():
-    result = parse_web_action('<reasoning>r</reasoning><action>{"op": "CLICK", "ref": "e3"}')
-    assert result.action == WebAction(WebOp.CLICK, "e3")
-
-
-@pytest.mark.parametrize(
-    ("text", "status"),
-    [
-        ('{"op": "CLICK", "ref": "e3"}', ActionStatus.NO_ACTION_TAG),
-        ("<action> </action>", ActionStatus.EMPTY_ACTION),
-        ("<action>``` ```</action>", ActionStatus.EMPTY_ACTION),
-        ('<action>{"op": "CLICK", "ref": </action>', ActionStatus.INVALID_JSON),
-        ('<action>["CLICK", "e3"]</action>', ActionStatus.BAD_OP),
-        ("<action>{'op': 'CLICK'}</action>", ActionStatus.INVALID_JSON),
-        ('<action>{"op": "SCROLL", "ref": "e3"}</action>', ActionStatus.BAD_OP),
-        ('<action>{"ref": "e3"}</action>', ActionStatus.BAD_OP),
-        ('<action>{"op": 3, "ref": "e3"}</action>', ActionStatus.BAD_OP),
-        ('<action>{"op": "CLICK"}</action>', ActionStatus.MISSING_REF),
-        ('<action>{"op": "CLICK", "ref": "  "}</action>', ActionStatus.MISSING_REF),
-        ('<action>{"op": "CLICK", "ref": null}</action>', ActionStatus.MISSING_REF),
-        ('<action>{"op": "CLICK", "ref": "button"}</action>', ActionStatus.BAD_REF),
-        ('<action>{"op": "CLICK", "ref": 3}</action>', ActionStatus.BAD_REF),
-        ('<action>{"op": "CLICK", "ref": "e3x"}</action>', ActionStatus.BAD_REF),
-        ('<action>{"op": "TYPE", "ref": "e3"}</action>', ActionStatus.MISSING_VALUE),
-        ('<action>{"op": "TYPE", "ref": "e3", "value": "  "}</action>', ActionStatus.MISSING_VALUE),
-        (
-            '<action>{"op": "SELECT", "ref": "e3", "value": null}</action>',
-            ActionStatus.MISSING_VALUE,
-        ),
-        ('<action>{"op": "TYPE", "ref": "e3", "value": true}</action>', ActionStatus.MISSING_VALUE),
-        (
-            '<action>{"op": "TYPE", "ref": "e3", "value": ["x"]}</action>',
-            ActionStatus.MISSING_VALUE,
-        ),
-        ("<action>CLICK</action>", ActionStatus.MISSING_REF),
-        ("<action>CLICK | e3</action>", ActionStatus.MISSING_REF),
-        ("<action>CLICK the button</action>", ActionStatus.BAD_REF),
-        ("<action>PRESS e3</action>", ActionStatus.BAD_OP),
-        ("<action>TYPE e3</action>", ActionStatus.MISSING_VALUE),
-        ("<action>TYPE e3 |   </action>", ActionStatus.MISSING_VALUE),
-        ("<action>| hello</action>", ActionStatus.UNPARSEABLE),
-        ('<action>Do {"op": "SCROLL"}</action>', ActionStatus.BAD_OP),
-    ],
-)
-def test_web_failures(text, status):
-    result = parse_web_action(text)
-    assert not result.ok
-    assert result.action is None
-    assert result.status is status
-
-
-def test_web_action_to_dict():
-    assert WebAction(WebOp.TYPE, "e1", "x").to_dict() == {"op": "TYPE", "ref": "e1", "value": "x"}
-    assert WebAction(WebOp.CLICK, "e1").to_dict() == {"op": "CLICK", "ref": "e1", "value": None}
-
-
 def test_status_values_are_stable_strings():
     assert ActionStatus.NOT_ADMISSIBLE == "not_admissible"
     assert f"{ActionStatus.OK}" == "ok"
@@ -281,10 +162,4 @@ def test_status_values_are_stable_strings():
         "no_action_tag",
         "empty_action",
         "not_admissible",
-        "invalid_json",
-        "unparseable",
-        "bad_op",
-        "missing_ref",
-        "bad_ref",
-        "missing_value",
     }

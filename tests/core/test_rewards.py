@@ -7,14 +7,13 @@ import pytest
 from evolving_rl.core.rewards import (
     ExtractorOutcome,
     ExtractorRewardStatus,
-    RewardConfig,
+    RewardSettings,
     extractor_reward,
-    fraction_correct,
     solver_reward,
 )
 from evolving_rl.core.roles import Role, RoleWeights, apply_role_weights
 
-CONFIG = RewardConfig(format_penalty=0.1, audit_penalty=0.05)
+CONFIG = RewardSettings(format_penalty=0.1, audit_penalty=0.05)
 
 
 def reward(**kwargs):
@@ -76,7 +75,7 @@ def test_audit_failed_gets_audit_penalty():
 def test_default_audit_penalty_is_zero():
     result = extractor_reward(
         ExtractorOutcome(parsed=True, audit_passed=False, downstream_scores=(1.0,)),
-        RewardConfig(),
+        RewardSettings(),
     )
     assert result.value == 0.0
     assert math.copysign(1.0, result.value) == 1.0  # not -0.0
@@ -90,7 +89,7 @@ def test_generation_failed_is_zero_before_everything_else():
 
 
 def test_zero_penalty_config():
-    config = RewardConfig(format_penalty=0.0)
+    config = RewardSettings(format_penalty=0.0)
     outcome = ExtractorOutcome(parsed=False, audit_passed=False)
     assert extractor_reward(outcome, config).value == 0.0
 
@@ -102,15 +101,19 @@ def test_score_validation(bad):
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"format_penalty": -0.1}, {"audit_penalty": math.nan}, {"format_penalty": math.inf}]
+    "kwargs", [{"format_penalty": -0.1}, {"audit_penalty": math.nan}, {"format_penalty": math.inf},
+               {"invalid_action_penalty": -0.2}, {"advantage_eps": math.inf},
+               {"advantage_eps": -1e-6}]
 )
 def test_config_validation(kwargs):
     with pytest.raises(ValueError):
-        RewardConfig(**kwargs)
+        RewardSettings(**kwargs)
 
 
 def test_default_config():
-    assert RewardConfig() == RewardConfig(format_penalty=0.1, audit_penalty=0.0)
+    assert RewardSettings() == RewardSettings(
+        format_penalty=0.1, audit_penalty=0.0, invalid_action_penalty=0.0, advantage_eps=1e-6,
+        drop_zero_variance_groups=False, role_weights=RoleWeights(solver=1.0, extractor=0.2))
 
 
 def test_mean_is_exact_for_many_scores():
@@ -133,18 +136,6 @@ def test_solver_reward_invalid_action_penalty():
     for fraction, penalty in ((-0.1, 0.2), (1.5, 0.2), (0.5, -1.0), (0.5, math.inf)):
         with pytest.raises(ValueError):
             solver_reward(False, fraction, invalid_action_penalty=penalty)
-
-
-def test_fraction_correct():
-    assert fraction_correct(0, 4) == 0.0
-    assert fraction_correct(3, 4) == 0.75
-    assert fraction_correct(4, 4) == 1.0
-
-
-@pytest.mark.parametrize(("n_correct", "n_total"), [(1, 0), (0, 0), (-1, 3), (4, 3)])
-def test_fraction_correct_validation(n_correct, n_total):
-    with pytest.raises(ValueError):
-        fraction_correct(n_correct, n_total)
 
 
 # --- roles -------------------------------------------------------------------------------------

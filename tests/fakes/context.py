@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
 from evolving_rl.config import Config, parse_config
-from evolving_rl.core.audit import AuditConfig
-from evolving_rl.core.rewards import RewardConfig
-from evolving_rl.core.roles import RoleWeights
 from evolving_rl.domains.base import TaskSpec
-from evolving_rl.pipeline.context import Limits, PipelineContext, TaskCatalog, make_adapter
+from evolving_rl.pipeline.context import PipelineContext, TaskCatalog, make_adapter
 from evolving_rl.pipeline.skill_library import SkillLibrary
 from tests.fakes.env import FakeEnvClient, FakeRetrievalClient
 from tests.fakes.scripted import ScriptedPolicy
@@ -42,13 +38,7 @@ def fake_context(tmp_path: Path, cfg: Config | None = None, *, policy: Any = Non
         tokenizer=tokenizer, env=env or FakeEnvClient(),
         retrieval=retrieval or FakeRetrievalClient([r["id"] for r in rows]),
         catalog=TaskCatalog({r["id"]: adapter.task_from_row(r) for r in rows}),
-        library=SkillLibrary.in_run_dir(tmp_path),
-        limits=Limits(asyncio.Semaphore(cfg.pipeline.max_concurrent_episodes),
-                      asyncio.Semaphore(cfg.pipeline.max_concurrent_extractions)),
-        audit=AuditConfig(**{name: value for name, value in vars(cfg.audit).items()
-                             if name != "enabled"}) if cfg.audit.enabled else None,
-        rewards=RewardConfig(cfg.rewards.format_penalty),
-        weights=RoleWeights(cfg.rewards.solver_weight, cfg.rewards.extractor_weight))
+        library=SkillLibrary.in_run_dir(tmp_path))
 
 
 def toy_task(ctx: PipelineContext, task_id: str = "t0") -> TaskSpec:

@@ -6,7 +6,8 @@ import pytest
 from local_helpers import CharTokenizer, make_sample
 
 from evolving_rl.config.schema import LocalConfig, LossConfig, RoleCoefficients
-from evolving_rl.pipeline.types import Role, TrainSample
+from evolving_rl.core.roles import Role
+from evolving_rl.core.samples import TrainSample
 
 
 @pytest.fixture

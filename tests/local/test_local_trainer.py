@@ -10,9 +10,10 @@ import torch
 from local_helpers import PAD_ID, make_sample, tiny_llama
 
 from evolving_rl.config.schema import RoleCoefficients
+from evolving_rl.core.roles import Role
+from evolving_rl.core.samples import SampleStatus
 from evolving_rl.local.model import load_model
 from evolving_rl.local.trainer import GRPOTrainer, build_token_batch, token_log_probs
-from evolving_rl.pipeline.types import Role, SampleStatus
 
 
 def _trainer(loss_cfg, local_cfg, seed: int = 0, ref_shift: float = 0.0) -> GRPOTrainer:

@@ -23,9 +23,9 @@ from evolving_rl.clients.policy import SGLangPolicyClient
 from evolving_rl.config import load_config
 from evolving_rl.core.grid import extractor_group_id, solver_group_id
 from evolving_rl.core.grpo import group_advantages
+from evolving_rl.core.roles import Role
 from evolving_rl.pipeline.context import build_context
 from evolving_rl.pipeline.rollout import run_training_rollout
-from evolving_rl.pipeline.types import Role
 from tests.fakes.env import FakeEnvClient
 from tests.fakes.scripted import (
     GOOD_SKILL,

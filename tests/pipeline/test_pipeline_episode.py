@@ -8,10 +8,10 @@ import dataclasses
 import pytest
 
 from evolving_rl.clients.policy import PolicyError
+from evolving_rl.core.samples import SampleStatus
 from evolving_rl.domains.alfworld import AlfworldAdapter, read_observation
 from evolving_rl.pipeline.episode import run_episode
 from evolving_rl.pipeline.timing import IOClock
-from evolving_rl.pipeline.types import SampleStatus
 from tests.fakes.context import fake_context, small_config, toy_task
 from tests.fakes.env import ACTIONS, INTRO, FakeEnvClient
 from tests.fakes.scripted import ScriptedPolicy, token_log_prob

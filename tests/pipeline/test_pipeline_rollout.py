@@ -13,8 +13,9 @@ import pytest
 
 from evolving_rl.config import parse_config
 from evolving_rl.core.grid import extractor_group_id, solver_group_id
+from evolving_rl.core.roles import Role
+from evolving_rl.core.samples import SampleStatus
 from evolving_rl.pipeline.rollout import run_training_rollout
-from evolving_rl.pipeline.types import Role, SampleStatus
 from tests.fakes.context import fake_context, small_config, toy_rows
 from tests.fakes.env import FakeRetrievalClient
 from tests.fakes.scripted import SKILLS, ScriptedPolicy, skill_responder
@@ -132,8 +133,12 @@ def test_source_episode_is_trained_only_when_asked(tmp_path):
     plain = _rollout(fake_context(tmp_path))
     assert not any(s.metadata.get("source_episode") for s in plain.samples)
     ctx = fake_context(tmp_path, small_config(train_on_source_episode=True))
-    sources = [s for s in _rollout(ctx).samples if s.metadata.get("source_episode")]
+    outcome = _rollout(ctx)
+    sources = [s for s in outcome.samples if s.metadata.get("source_episode")]
     assert len(sources) == 2 and all(s.group_id == "solver-source" for s in sources)
+    for role, extra in (("solver", 1.0), ("extractor", 0.0)):  # the source group is a solver one
+        key = f"groups/{role}/count"
+        assert outcome.metrics[key] == plain.metrics[key] + extra
 
 
 def test_metrics_cover_roles_statuses_groups_and_timings(tmp_path):

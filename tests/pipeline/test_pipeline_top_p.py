@@ -12,9 +12,9 @@ import pytest
 from env.launch import free_port
 from evolving_rl.clients.policy import SGLangPolicyClient
 from evolving_rl.core.nucleus import Nucleus
+from evolving_rl.core.roles import Role
 from evolving_rl.domains.base import EpisodeTrace
 from evolving_rl.pipeline.rollout import run_training_rollout
-from evolving_rl.pipeline.types import Role
 from tests.fakes.context import fake_context, small_config, toy_rows
 from tests.fakes.sglang_server import FakeSGLang, top_p_span
 from tests.fakes.tokenizer import ByteChatTokenizer

@@ -13,7 +13,7 @@ from evolving_rl.config import Config, load_config
 from evolving_rl.retrieval.build import refresh_cache
 from evolving_rl.retrieval.cache import EmbeddingCache, load_cache
 from evolving_rl.retrieval.encoder import Encoder, load_encoder
-from evolving_rl.retrieval.synthetic import write_prepared_splits
+from tests.fakes.synthetic_tasks import write_prepared_splits
 
 
 @pytest.fixture(scope="session")
@@ -51,9 +51,9 @@ def cache(config, encoder) -> EmbeddingCache:
 
 
 @pytest.fixture(scope="session")
-def server(config_path, cache) -> RetrievalServer:
-    handle = start_retrieval_server(config_path, timeout_s=120)
+def server(config, cache) -> RetrievalServer:
+    handle = start_retrieval_server(config, timeout_s=120)
     yield handle
-    assert stop_retrieval_server(config_path)
+    assert stop_retrieval_server(config)
     assert handle.proc.wait(10) == 0
     assert not handle.pid_file.exists()

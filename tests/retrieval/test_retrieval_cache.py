@@ -13,7 +13,7 @@ from evolving_rl.config import load_config
 from evolving_rl.retrieval import build
 from evolving_rl.retrieval.build import refresh_cache
 from evolving_rl.retrieval.cache import CacheError, build_cache, load_cache, save_cache
-from evolving_rl.retrieval.synthetic import write_prepared_splits
+from tests.fakes.synthetic_tasks import write_prepared_splits
 
 
 class CountingEncoder:

@@ -15,8 +15,8 @@ from evolving_rl.retrieval.index import (
     brute_force_positions,
     top_k_positions,
 )
-from evolving_rl.retrieval.synthetic import make_split_rows, write_prepared_splits
 from evolving_rl.retrieval.tasks import TaskDataError, TaskRow, load_task_rows
+from tests.fakes.synthetic_tasks import make_split_rows, write_prepared_splits
 
 
 def test_rows_shared_by_splits_are_merged(tmp_path):

@@ -8,6 +8,7 @@ import pytest
 
 from env.launch import LaunchError, stop_pid_file
 from env.retrieval.launcher import start_retrieval_server, stop_retrieval_server
+from evolving_rl.config import load_config
 
 
 def test_stale_pid_file_of_another_program_is_not_signalled(tmp_path):
@@ -19,10 +20,10 @@ def test_stale_pid_file_of_another_program_is_not_signalled(tmp_path):
 
 
 def test_server_that_cannot_start_is_reported_with_its_log(tmp_path, prepared_dir, make_config):
-    config_path = make_config(tmp_path, prepared_dir)  # no cache built at cache_path
+    cfg = load_config(make_config(tmp_path, prepared_dir))  # no cache built at cache_path
     with pytest.raises(LaunchError, match="exited with code 2") as info:
-        start_retrieval_server(config_path, timeout_s=60)
+        start_retrieval_server(cfg, timeout_s=60)
     log = tmp_path / "logs" / next(p.name for p in (tmp_path / "logs").glob("*.log"))
     assert str(log.with_suffix(".out")) in str(info.value)
     assert "embedding cache not found" in log.read_text()
-    assert stop_retrieval_server(config_path) is False
+    assert stop_retrieval_server(cfg) is False

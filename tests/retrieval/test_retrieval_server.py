@@ -15,7 +15,7 @@ from retrieval_helpers import MAX_BODY, MAX_K, MAX_QUERIES, assert_valid_top_k
 
 from evolving_rl.retrieval.cache import save_cache
 from evolving_rl.retrieval.index import SearchFilter, SearchIndex
-from evolving_rl.retrieval.synthetic import unseen_queries
+from tests.fakes.synthetic_tasks import unseen_queries
 
 
 def post(server, body, **kwargs):

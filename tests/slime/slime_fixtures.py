@@ -33,7 +33,8 @@ import torch
 import yaml
 
 from evolving_rl.core.nucleus import Nucleus, NucleusBuilder
-from evolving_rl.pipeline.types import Role, SampleStatus, TrainSample
+from evolving_rl.core.roles import Role
+from evolving_rl.core.samples import SampleStatus, TrainSample
 from evolving_rl.slime_bridge import runtime, slime_api
 from evolving_rl.slime_bridge.settings import HOOK_PATHS, HOOKS_MODULE
 

@@ -31,8 +31,8 @@ from slime_fixtures import (
 
 from evolving_rl import slime_hooks
 from evolving_rl.config import ConfigError
+from evolving_rl.core.roles import Role
 from evolving_rl.losses import low_var_kl
-from evolving_rl.pipeline.types import Role
 from evolving_rl.slime_bridge import slime_api
 from evolving_rl.slime_bridge.loss import custom_policy_loss
 from evolving_rl.slime_bridge.samples import TAG_KEY, ForeignSampleError

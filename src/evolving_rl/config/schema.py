@@ -1,6 +1,6 @@
 """The typed configuration schema: every size, weight, address and path the project uses.
 
-Defaults are the reference ALFWorld hyper-parameters (DESIGN.md section 1). Each YAML file in
+Defaults are the reference ALFWorld hyper-parameters (docs/fidelity.md). Each YAML file in
 `configs/` overrides some of them; `load_config` validates the result at start.
 """
 
@@ -51,7 +51,6 @@ class PipelineConfig:
     include_source_in_retrieval: bool = False
     retrieval_order: Literal["most_similar", "least_similar"] = "most_similar"
     retrieval_split: str = "train"
-    solver_grouping: Literal["task", "step_index"] = "task"
     max_concurrent_episodes: int = bounded(64, ge=1)
     max_concurrent_extractions: int = bounded(32, ge=1)
     # Text that opens every assistant turn before sampling (prompt side: mask 0, never trained),
@@ -193,16 +192,11 @@ class AlfworldConfig:
 
 @dataclass(frozen=True)
 class Mind2WebConfig:
-    """Mind2Web data location and env server."""
+    """Mind2Web: the prepared task splits (retrieval index) and the env server's address."""
 
-    data_root: str = "data/mind2web"
     prepared_dir: str = "data/mind2web/prepared"
     host: str = LOOPBACK
     port: int = bounded(8300, ge=1, le=65535)
-    max_elements: int = bounded(50, ge=1)
-    max_body_bytes: int = bounded(65536, ge=1024)
-    threads_per_server: int = bounded(16, ge=1)
-    log_dir: str = "runs/logs/mind2web"
 
 
 @dataclass(frozen=True)

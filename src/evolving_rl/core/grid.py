@@ -2,9 +2,11 @@
 
 Per source task, N candidate skills (n), K retrieved tasks (k) and R repeats (r) give N*K*R
 downstream episodes. Flat order is skill-major: idx = (n * K + k) * R + r, so the K*R episodes
-of one skill are contiguous. GRPO groups (see DESIGN section 1): the extractor group is the N
+of one skill are contiguous. GRPO groups (docs/design.md §4.1): the extractor group is the N
 skills of one source task; the solver group for retrieved task k is its N*R episodes across
-skills (same task, different skills).
+skills (same task, different skills); the optional source-episode samples form one solver group
+per rollout (`SOURCE_GROUP_ID`). Samples carry a group's id; GRPO groups them by `GroupKey`,
+the id with its role, so that group statistics know their role without reading the id.
 """
 
 from __future__ import annotations
@@ -12,6 +14,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
+
+from evolving_rl.core.roles import Role
+
+SOURCE_GROUP_ID = "solver-source"
+
+
+class GroupKey(NamedTuple):
+    """One GRPO group: the id its samples carry and the role they play."""
+
+    role: Role
+    group_id: str
 
 
 class Cell(NamedTuple):

@@ -10,13 +10,18 @@ Downstream scores are floats in [0, 1] (ALFWorld: won 0/1; Mind2Web: fraction of
 done correctly). A score of None marks a downstream episode that failed for an infrastructure
 reason (HTTP error, timeout, environment crash), not because of the model: it is excluded from
 the mean. None as a reward means "undefined: drop this sample from its GRPO group".
+
+Owns `RewardSettings`, every reward and advantage setting of a run in one object (built once from
+the config by `pipeline.context.reward_settings`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from evolving_rl.core.grpo import DEFAULT_EPS
+from evolving_rl.core.roles import RoleWeights
 from evolving_rl.core.strenum import StrEnum
 
 
@@ -29,14 +34,24 @@ class ExtractorRewardStatus(StrEnum):
 
 
 @dataclass(frozen=True)
-class RewardConfig:
-    """Penalties are magnitudes (>= 0); the reward is 0.0 minus the penalty (never -0.0)."""
+class RewardSettings:
+    """Every reward and advantage knob: penalties, GRPO normalisation and role weights.
+
+    Penalties are magnitudes (>= 0); a penalised reward is 0.0 minus the penalty (never -0.0).
+    `advantage_eps` and `drop_zero_variance_groups` are `core.grpo.group_advantages`' `eps` and
+    `drop_zero_variance`; `role_weights` scale the advantages after normalisation.
+    """
 
     format_penalty: float = 0.1
     audit_penalty: float = 0.0
+    invalid_action_penalty: float = 0.0
+    advantage_eps: float = DEFAULT_EPS
+    drop_zero_variance_groups: bool = False
+    role_weights: RoleWeights = field(default_factory=RoleWeights)
 
     def __post_init__(self) -> None:
-        for name in ("format_penalty", "audit_penalty"):
+        for name in ("format_penalty", "audit_penalty", "invalid_action_penalty",
+                     "advantage_eps"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name} must be finite and >= 0, got {value}")
@@ -72,16 +87,16 @@ class ExtractorReward:
     n_excluded: int
 
 
-def extractor_reward(outcome: ExtractorOutcome, config: RewardConfig) -> ExtractorReward:
+def extractor_reward(outcome: ExtractorOutcome, settings: RewardSettings) -> ExtractorReward:
     """The extractor reward of one skill (rules in the module docstring)."""
     scores = [score for score in outcome.downstream_scores if score is not None]
     n_scored, n_excluded = len(scores), len(outcome.downstream_scores) - len(scores)
     if outcome.generation_failed:
         value, status = 0.0, ExtractorRewardStatus.GENERATION_FAILED
     elif not outcome.parsed:
-        value, status = 0.0 - config.format_penalty, ExtractorRewardStatus.UNPARSEABLE
+        value, status = 0.0 - settings.format_penalty, ExtractorRewardStatus.UNPARSEABLE
     elif not outcome.audit_passed:
-        value, status = 0.0 - config.audit_penalty, ExtractorRewardStatus.AUDIT_FAILED
+        value, status = 0.0 - settings.audit_penalty, ExtractorRewardStatus.AUDIT_FAILED
     elif not scores:
         value, status = None, ExtractorRewardStatus.NO_DOWNSTREAM
     else:
@@ -107,12 +122,3 @@ def solver_reward(success: bool | None, invalid_fraction: float = 0.0,
                          f"got {invalid_action_penalty!r}")
     value = (1.0 if success else 0.0) - invalid_action_penalty * invalid_fraction
     return value + 0.0  # never -0.0
-
-
-def fraction_correct(n_correct: int, n_total: int) -> float:
-    """Episode score as the fraction of the task's steps done correctly (Mind2Web)."""
-    if n_total < 1 or not 0 <= n_correct <= n_total:
-        raise ValueError(
-            f"need 0 <= n_correct <= n_total and n_total >= 1, got {n_correct}/{n_total}"
-        )
-    return n_correct / n_total

@@ -1,6 +1,6 @@
 """The compact skill format: five fields, for small models (`pipeline.skill_format: compact`).
 
-Owns the compact `Skill` dataclass, its field limits, its validator, its Markdown card and the
+Owns the compact `Skill` dataclass, its field limits, its reader, its Markdown card and the
 schema text shown in the compact extractor prompt. `name`, `applicable_when` and a non-empty
 `steps` list are required; `pitfalls` and `summary` are optional. Text fields are
 whitespace-normalised (runs collapse to one space); blank list items are dropped.
@@ -15,7 +15,6 @@ from typing import Any
 from evolving_rl.core.skill_fields import (
     InvalidField,
     ParseReason,
-    SkillParseResult,
     read_items,
     read_text,
     required_text,
@@ -42,7 +41,7 @@ class Skill:
     summary: str | None = None
 
     def to_dict(self) -> dict[str, object]:
-        """The JSON form (what `validate_compact` accepts back)."""
+        """The JSON form (what `read_compact` accepts back)."""
         out: dict[str, object] = {
             "name": self.name,
             "applicable_when": self.applicable_when,
@@ -68,23 +67,18 @@ def _steps(obj: dict[str, Any]) -> tuple[str, ...]:
     return steps
 
 
-def validate_compact(obj: dict[str, Any]) -> SkillParseResult:
-    """Validate a decoded JSON object (unwrapping one {"key": {...}} level) into a Skill."""
+def read_compact(obj: dict[str, Any]) -> Skill:
+    """A decoded JSON object (unwrapping one {"key": {...}} level) as a Skill; else
+    `InvalidField`."""
     obj = unwrap(obj)
-    try:
-        pitfalls = obj.get("pitfalls", [])
-        skill = Skill(
-            name=required_text(obj, "name", MAX_NAME_CHARS, collapse=True),
-            applicable_when=required_text(obj, "applicable_when", MAX_TEXT_CHARS, collapse=True),
-            steps=_steps(obj),
-            pitfalls=read_items(pitfalls, "pitfalls", MAX_PITFALLS, MAX_ITEM_CHARS,
-                                collapse=True),
-            summary=read_text(obj.get("summary"), "summary", MAX_TEXT_CHARS,
-                              collapse=True) or None,
-        )
-    except InvalidField as invalid:
-        return SkillParseResult(False, None, str(invalid))
-    return SkillParseResult(True, skill, str(ParseReason.OK))
+    return Skill(
+        name=required_text(obj, "name", MAX_NAME_CHARS, collapse=True),
+        applicable_when=required_text(obj, "applicable_when", MAX_TEXT_CHARS, collapse=True),
+        steps=_steps(obj),
+        pitfalls=read_items(obj.get("pitfalls", []), "pitfalls", MAX_PITFALLS, MAX_ITEM_CHARS,
+                            collapse=True),
+        summary=read_text(obj.get("summary"), "summary", MAX_TEXT_CHARS, collapse=True) or None,
+    )
 
 
 def render_compact_card(skill: Skill) -> str:

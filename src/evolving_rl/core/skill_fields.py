@@ -1,21 +1,16 @@
-"""What both skill formats share: parse outcomes, stable failure reasons and field readers.
+"""What both skill formats share: stable failure reasons and field readers.
 
-Owns `ParseReason`, `SkillParseResult`, `InvalidField` (raised by a reader, carrying its
-"<kind>:<field>" reason) and the readers of JSON values: text (stripped; optionally with runs
-of whitespace collapsed to one space), lists of strings (blank items dropped), and the one-key
-wrapper unwrap ({"skill": {...}} -> {...}). A reader never raises anything but `InvalidField`.
+Owns `ParseReason`, `InvalidField` (raised by a reader, carrying its "<kind>:<field>" reason)
+and the readers of JSON values: text (stripped; optionally with runs of whitespace collapsed to
+one space), lists of strings (blank items dropped), and the one-key wrapper unwrap
+({"skill": {...}} -> {...}). A reader never raises anything but `InvalidField`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from evolving_rl.core.strenum import StrEnum
-
-if TYPE_CHECKING:
-    from evolving_rl.core.skill_compact import Skill
-    from evolving_rl.core.skill_reference import ReferenceSkill
 
 
 class ParseReason(StrEnum):
@@ -31,29 +26,11 @@ class ParseReason(StrEnum):
     TOO_LONG = "too_long"  # a string over its limit, or too many items
 
 
-@dataclass(frozen=True)
-class SkillParseResult:
-    """`skill` is set iff `ok`; `reason` is "ok" or a stable failure string (see ParseReason)."""
-
-    ok: bool
-    skill: Skill | ReferenceSkill | None
-    reason: str
-
-    @property
-    def kind(self) -> ParseReason:
-        """The reason without its field suffix, for metrics."""
-        return ParseReason(self.reason.split(":", 1)[0])
-
-
 class InvalidField(Exception):
     """Raised by the field readers; carries the "<kind>:<field>" reason."""
 
     def __init__(self, kind: ParseReason, field: str) -> None:
         super().__init__(f"{kind}:{field}")
-
-
-def failure(kind: ParseReason) -> SkillParseResult:
-    return SkillParseResult(False, None, str(kind))
 
 
 def unwrap(obj: dict[str, Any]) -> dict[str, Any]:

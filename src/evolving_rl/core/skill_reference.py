@@ -1,6 +1,6 @@
 """The reference skill format (`pipeline.skill_format: reference`, the paper's format).
 
-Owns `ReferenceSkill` (with `WorkflowStep`, `ErrorCase`, `SkillMetadata`), its validator, its
+Owns `ReferenceSkill` (with `WorkflowStep`, `ErrorCase`, `SkillMetadata`), its reader, its
 Markdown card and `REFERENCE_KEYS` (the key set that ranks candidate objects). The rules follow
 Fanzy27/Evolving-RL src/alfworld/prompts.py: `SKILL_JSON_SCHEMA_PROMPT` (the fields, :54-136),
 `REQUIRED_SKILL_FIELDS` and `skill_json_to_markdown` (validation and card, :298, :411-521).
@@ -41,7 +41,6 @@ from typing import Any
 from evolving_rl.core.skill_fields import (
     InvalidField,
     ParseReason,
-    SkillParseResult,
     read_items,
     read_text,
     required_text,
@@ -114,7 +113,7 @@ class ReferenceSkill:
     output_requirements: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
-        """The JSON form (what `validate_reference` accepts back)."""
+        """The JSON form (what `read_reference` accepts back)."""
         meta = {key: getattr(self.metadata, key) for key, _ in METADATA_LABELS}
         out: dict[str, object] = {
             "name": self.name, "description": self.description,
@@ -174,7 +173,10 @@ def _step_number(value: object) -> str:
     return _text(str(value), "workflow", MAX_META_CHARS) or "?"
 
 
-def _read(obj: dict[str, Any]) -> ReferenceSkill:
+def read_reference(obj: dict[str, Any]) -> ReferenceSkill:
+    """A decoded JSON object (unwrapping one {"key": {...}} level) as a ReferenceSkill; else
+    `InvalidField`."""
+    obj = unwrap(obj)
     name = required_text(obj, "name", MAX_NAME_CHARS, collapse=False)
     description = required_text(obj, "description", MAX_TEXT_CHARS, collapse=False)
     metadata = _metadata(obj)
@@ -186,15 +188,6 @@ def _read(obj: dict[str, Any]) -> ReferenceSkill:
                    for _, texts in _entries(obj, "error_handling", ERROR_FIELDS))
     return ReferenceSkill(name, description, metadata, workflow=workflow,
                           error_handling=errors, **lists)
-
-
-def validate_reference(obj: dict[str, Any]) -> SkillParseResult:
-    """Validate a decoded JSON object (unwrapping one {"key": {...}} level) as a ReferenceSkill."""
-    try:
-        skill = _read(unwrap(obj))
-    except InvalidField as invalid:
-        return SkillParseResult(False, None, str(invalid))
-    return SkillParseResult(True, skill, str(ParseReason.OK))
 
 
 def _bullets(title: str, items: tuple[str, ...]) -> list[str]:

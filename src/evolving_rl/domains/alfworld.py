@@ -22,6 +22,8 @@ from typing import Any
 from evolving_rl.clients.env import EnvClient
 from evolving_rl.clients.tokenizer import Message
 from evolving_rl.core.actions import parse_alfworld_action
+from evolving_rl.core.roles import Role
+from evolving_rl.core.samples import SampleStatus, TrainSample
 from evolving_rl.core.skill import SkillFormat, skill_schema_text
 from evolving_rl.domains.alfworld_skill_prompt import reference_extractor_prompt
 from evolving_rl.domains.base import (
@@ -32,7 +34,6 @@ from evolving_rl.domains.base import (
     TaskSpec,
     Turn,
 )
-from evolving_rl.pipeline.types import Role, SampleStatus, TrainSample
 
 TASK_PREFIX = "Your task is to:"
 MAX_RAW_COMMAND_CHARS = 200  # an unparseable reply is sent as-is, up to this length

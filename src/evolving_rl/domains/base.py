@@ -16,8 +16,9 @@ from typing import Any, Protocol
 from evolving_rl.clients.env import EnvClient
 from evolving_rl.clients.tokenizer import Message
 from evolving_rl.core.nucleus import Nucleus, NucleusBuilder
+from evolving_rl.core.roles import Role
+from evolving_rl.core.samples import SampleStatus, TrainSample
 from evolving_rl.core.skill import SkillFormat
-from evolving_rl.pipeline.types import Role, SampleStatus, TrainSample
 
 
 class EnvProtocolError(ValueError):

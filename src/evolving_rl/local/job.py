@@ -8,13 +8,14 @@ Owns the sequence and nothing of what each stage does:
 2. retrieval cache — `evolving_rl.retrieval.build.refresh_cache` with the configured encoder
    (MiniLM from its PyPI package on the CPU default);
 3. servers — retrieval (`env.retrieval.launcher`) and ALFWorld router + workers
-   (`python -m env.alfworld.launch`); both stopped on exit, by the launchers that know the PIDs
-   they started;
+   (`env.alfworld.launch`), started through their launch API with this job's `Config`; both
+   stopped on exit, by the launchers that know the PIDs they started;
 4. model — policy, frozen reference and trainer (`evolving_rl.local.model` / `trainer`),
    optionally resumed from a checkpoint;
 5. training — evaluation before, `local.train_steps` rollouts of the four-stage pipeline with the
    in-process policy, one GRPO step each, evaluation after, checkpoint, plot.
-Every record goes to `<run>/metrics.jsonl`; skills to `<run>/skill_library.jsonl`.
+Every record goes to `<run>/metrics.jsonl`; skills to `<run>/skill_library.jsonl`; the validated
+config the run used (overrides applied) to `<run>/config.yaml`.
 
 A config whose trained roles sample at top-p < 1 is refused before any stage (`check_sampling`):
 the in-process decoder samples from the nucleus but returns, and the trainer recomputes, log-probs
@@ -29,8 +30,6 @@ import contextlib
 import json
 import logging
 import random
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -56,7 +55,6 @@ from evolving_rl.pipeline.rollout import run_training_rollout
 logger = logging.getLogger(__name__)
 
 EVAL_SPLIT = "valid_unseen"
-ALFWORLD_LAUNCH = "env.alfworld.launch"
 
 
 @dataclass
@@ -109,21 +107,16 @@ def build_retrieval_cache(cfg: Config) -> None:
                 stats.n_rows, stats.n_encoded)
 
 
-def _alfworld_launch(action: str, config_path: Path) -> None:
-    subprocess.run([sys.executable, "-m", ALFWORLD_LAUNCH, action, "--config",
-                    str(config_path)], check=True)
-
-
 @contextlib.contextmanager
-def servers(config_path: Path) -> Iterator[None]:
+def servers(cfg: Config) -> Iterator[None]:
     """Retrieval and ALFWorld servers for the duration of the block; stopped on any exit."""
+    from env.alfworld import launch
     from env.retrieval.launcher import start_retrieval_server
 
     with contextlib.ExitStack() as stack:
-        retrieval = start_retrieval_server(config_path)
-        stack.callback(retrieval.stop)
-        _alfworld_launch("start", config_path)
-        stack.callback(_alfworld_launch, "stop", config_path)
+        stack.callback(start_retrieval_server(cfg).stop)
+        launch.start(cfg)
+        stack.callback(launch.stop, cfg)
         yield
 
 
@@ -224,14 +217,14 @@ def _maybe_checkpoint(cfg: Config, models: Models, result: JobResult, final: boo
         logger.info("checkpoint %s", result.checkpoint)
 
 
-def write_effective_config(cfg: Config, run_dir: Path) -> Path:
-    """The validated config (overrides applied) as YAML: what the servers are started with."""
+RUN_FILES = ("config.yaml", "metrics.jsonl", "skill_library.jsonl", "summary.txt", "rewards.png")
+
+
+def write_run_config(cfg: Config, run_dir: Path) -> Path:
+    """Record the validated config the run uses (overrides applied) as `<run>/config.yaml`."""
     path = run_dir / "config.yaml"
     path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
     return path
-
-
-RUN_FILES = ("metrics.jsonl", "skill_library.jsonl", "summary.txt", "rewards.png")
 
 
 def archive_previous_run(run_dir: Path) -> None:
@@ -266,10 +259,10 @@ def run_job(cfg: Config) -> JobResult:
     result.run_dir.mkdir(parents=True, exist_ok=True)
     if not cfg.local.resume_from:
         archive_previous_run(result.run_dir)
+    write_run_config(cfg, result.run_dir)
     seed_everything(cfg.run.seed)
     torch.set_num_threads(cfg.local.torch_threads)
     log = MetricsLog.in_run_dir(result.run_dir)
-    config_path = write_effective_config(cfg, result.run_dir)
     with timed(result, "data"):
         prepare_data(cfg)
     with timed(result, "retrieval_cache"):
@@ -278,7 +271,7 @@ def run_job(cfg: Config) -> JobResult:
         models = load_models(cfg)
     with contextlib.ExitStack() as stack:
         with timed(result, "servers_start"):
-            stack.enter_context(servers(config_path))
+            stack.enter_context(servers(cfg))
         asyncio.run(train_and_evaluate(cfg, models, log, result))
     with timed(result, "checkpoint"):
         _maybe_checkpoint(cfg, models, result, final=True)

@@ -7,7 +7,7 @@ and `load_model`. The converted folder is an ordinary HF folder, so every later 
 policy, the trainer, the frozen reference — goes through the same `from_pretrained` path as any
 user-provided model.
 
-Conversion pitfalls (DESIGN.md section 6): the GGUF tokenizer may get eos wrong, so eos and pad
+Conversion pitfalls (docs/design.md §6.1): the GGUF tokenizer may get eos wrong, so eos and pad
 are set to `<|im_end|>`; transformers 5.x refuses `save_pretrained` of a GGUF-loaded model until
 its quantizer config is removed; and the saved config gets an explicit `rope_theta` (100000)
 because older transformers silently default to 10000. The folder is written to a temporary

@@ -34,8 +34,9 @@ import numpy as np
 import torch
 
 from evolving_rl.config.schema import LocalConfig, LossConfig
+from evolving_rl.core.roles import Role
+from evolving_rl.core.samples import TrainSample
 from evolving_rl.losses import per_token_policy_loss
-from evolving_rl.pipeline.types import Role, TrainSample
 
 logger = logging.getLogger(__name__)
 

@@ -3,9 +3,10 @@
 Owns `assemble`: solver rewards and extractor rewards by `core.rewards`, explicit GRPO group
 ids by `core.grid` (extractor group = the N skills of one source task; solver group = for one
 retrieved task, its N x R episodes across skills), advantages by `core.grpo` and role weights by
-`core.roles`. Samples that are not trainable or whose reward is undefined (infrastructure
-failures, no downstream evidence) leave their group before normalisation and are not emitted;
-nothing with zero response tokens is ever emitted. The optional source-episode samples
+`core.roles`, every knob from the context's `core.rewards.RewardSettings`. Samples that are not
+trainable or whose reward is undefined (infrastructure failures, no downstream evidence) leave
+their group before normalisation and are not emitted; nothing with zero response tokens is ever
+emitted. The optional source-episode samples
 (`pipeline.train_on_source_episode`) form one group per rollout: a single source episode per task
 has no group of its own to be compared with. An extractor sample's response is its one
 generation, so it carries that generation's top-p nucleus as is (None without replay); solver
@@ -16,9 +17,14 @@ skill-library records.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from evolving_rl.core.grid import Grid, extractor_group_id, solver_group_id
+from evolving_rl.core.grid import (
+    SOURCE_GROUP_ID,
+    Grid,
+    GroupKey,
+    extractor_group_id,
+    solver_group_id,
+)
 from evolving_rl.core.grpo import GroupAdvantages, group_advantages
 from evolving_rl.core.rewards import (
     ExtractorOutcome,
@@ -26,23 +32,19 @@ from evolving_rl.core.rewards import (
     extractor_reward,
     solver_reward,
 )
-from evolving_rl.core.roles import Role as CoreRole
-from evolving_rl.core.roles import apply_role_weights
+from evolving_rl.core.roles import Role, apply_role_weights
+from evolving_rl.core.samples import TrainSample
 from evolving_rl.pipeline.context import PipelineContext
 from evolving_rl.pipeline.episode import EpisodeResult
 from evolving_rl.pipeline.extraction import Extraction
-from evolving_rl.pipeline.skill_library import SkillRecord
-from evolving_rl.pipeline.types import Role, TrainSample
-
-if TYPE_CHECKING:
-    from evolving_rl.pipeline.rollout import SourceUnit
-
-SOURCE_GROUP = "solver-source"
+from evolving_rl.pipeline.skill_library import MAX_RAW_CHARS, SkillRecord
+from evolving_rl.pipeline.units import SourceUnit
 
 
 @dataclass
 class Assembled:
-    """Emitted samples, every candidate before filtering, and the group statistics."""
+    """Emitted samples, every candidate before filtering, and the group statistics (by
+    `GroupKey`: each group's id and role)."""
 
     samples: list[TrainSample]
     candidates: list[TrainSample]
@@ -58,7 +60,7 @@ def _episode_samples(ctx: PipelineContext, result: EpisodeResult, group_id: str,
     steps = result.n_steps
     reward = solver_reward(None if result.score is None else result.success,
                            result.n_invalid_actions / steps if steps else 0.0,
-                           ctx.cfg.rewards.invalid_action_penalty)
+                           ctx.rewards.invalid_action_penalty)
     if not result.status.trainable:
         reward = None
     metadata = {**metadata, "task_id": result.task.id, "task_type": result.task.task_type,
@@ -100,7 +102,7 @@ def _record(unit: SourceUnit, extraction: Extraction, reward: ExtractorReward, g
         parse_ok=bool(parse and parse.ok), parse_reason=parse.reason if parse else "no_output",
         audit_ok=bool(audit and audit.ok), audit_rule=str(audit.rule) if audit and audit.rule
         else None, audit_detail=audit.detail if audit else "", skill=skill,
-        raw_text=extraction.text[:4000], downstream_ids=[r.task.id for r in evidence],
+        raw_text=extraction.text[:MAX_RAW_CHARS], downstream_ids=[r.task.id for r in evidence],
         downstream_scores=[r.score for r in evidence], reward=reward.value,
         reward_status=str(reward.status))
 
@@ -126,7 +128,7 @@ def _unit_samples(ctx: PipelineContext, unit: SourceUnit, grid: Grid, tag: str,
         out.candidates += _extractor_sample(unit, extraction, reward, base)
         out.records.append(_record(unit, extraction, reward, grid, tag))
     if ctx.cfg.pipeline.train_on_source_episode:
-        out.candidates += _episode_samples(ctx, unit.source, SOURCE_GROUP,
+        out.candidates += _episode_samples(ctx, unit.source, SOURCE_GROUP_ID,
                                            {**base, "source_episode": True})
 
 
@@ -137,11 +139,12 @@ def assemble(ctx: PipelineContext, units: list[SourceUnit], grid: Grid, tag: str
         _unit_samples(ctx, unit, grid, tag, out)
     candidates = [s for s in out.candidates if s.response_length > 0]
     rewards = [s.reward if s.status.trainable else None for s in candidates]
+    settings = ctx.rewards
     out.advantages = group_advantages(
-        [s.group_id for s in candidates], rewards, eps=ctx.cfg.rewards.advantage_eps,
-        drop_zero_variance=ctx.cfg.rewards.drop_zero_variance_groups)
-    weighted = apply_role_weights(out.advantages.advantages,
-                                  [CoreRole(s.role.value) for s in candidates], ctx.weights)
+        [GroupKey(s.role, s.group_id) for s in candidates], rewards,
+        eps=settings.advantage_eps, drop_zero_variance=settings.drop_zero_variance_groups)
+    weighted = apply_role_weights(out.advantages.advantages, [s.role for s in candidates],
+                                  settings.role_weights)
     for sample, advantage, keep in zip(candidates, weighted, out.advantages.keep, strict=True):
         if keep and advantage is not None:
             sample.advantage = advantage

@@ -1,11 +1,12 @@
 """The pipeline context: everything a rollout or an evaluation needs, built once per process.
 
 Owns `PipelineContext` (config, adapter, policy, tokenizer, env and retrieval clients, the task
-catalog of the retrieval split, the skill library, the concurrency semaphores and the core
-settings derived from config), `TaskCatalog` (task id -> `TaskSpec`, read from the prepared
-JSONL files) and `build_context`. Nothing here is global: the hooks or the local backend build a
-context inside their event loop and pass it to every call; `close` releases the HTTP pools it
-opened (the policy belongs to the caller).
+catalog of the retrieval split and the skill library; the concurrency semaphores and the core's
+audit and reward settings it derives from the config itself, the latter by `reward_settings`),
+`TaskCatalog` (task id -> `TaskSpec`, read from the prepared JSONL files) and
+`build_context`. Nothing here is global: the hooks or the local backend build a context inside
+their event loop and pass it to every call; `close` releases the HTTP pools it opened (the policy
+belongs to the caller).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from evolving_rl.clients.retrieval import RetrievalClient
 from evolving_rl.clients.tokenizer import ChatTokenizer, HFChatTokenizer
 from evolving_rl.config.schema import Config, SamplingConfig
 from evolving_rl.core.audit import AuditConfig
-from evolving_rl.core.rewards import RewardConfig
+from evolving_rl.core.rewards import RewardSettings
 from evolving_rl.core.roles import RoleWeights
 from evolving_rl.domains.alfworld import AlfworldAdapter
 from evolving_rl.domains.base import EnvironmentAdapter, TaskSpec
@@ -59,11 +60,31 @@ class TaskCatalog:
 
 
 @dataclass
-class Limits:
+class ConcurrencyLimits:
     """Concurrency bounds, shared by every rollout of one context."""
 
     episodes: asyncio.Semaphore
     extractions: asyncio.Semaphore
+
+
+def _audit_config(cfg: Config) -> AuditConfig | None:
+    """The core's audit settings (every `audit` key but `enabled`); None: the audit is disabled."""
+    if not cfg.audit.enabled:
+        return None
+    return AuditConfig(**{name: value for name, value in vars(cfg.audit).items()
+                          if name != "enabled"})
+
+
+def reward_settings(cfg: Config) -> RewardSettings:
+    """The core's reward and advantage settings, from config `rewards`."""
+    rewards = cfg.rewards
+    return RewardSettings(
+        format_penalty=rewards.format_penalty, audit_penalty=rewards.audit_penalty,
+        invalid_action_penalty=rewards.invalid_action_penalty,
+        advantage_eps=rewards.advantage_eps,
+        drop_zero_variance_groups=rewards.drop_zero_variance_groups,
+        role_weights=RoleWeights(solver=rewards.solver_weight,
+                                 extractor=rewards.extractor_weight))
 
 
 @dataclass
@@ -78,11 +99,17 @@ class PipelineContext:
     retrieval: RetrievalClient
     catalog: TaskCatalog
     library: SkillLibrary
-    limits: Limits
-    audit: AuditConfig | None  # None: the audit is disabled
-    rewards: RewardConfig = field(default_factory=RewardConfig)
-    weights: RoleWeights = field(default_factory=RoleWeights)
     owned_policy: SGLangPolicyClient | None = None  # opened by build_context, closed by close
+    limits: ConcurrencyLimits = field(init=False)
+    audit: AuditConfig | None = field(init=False)  # None: the audit is disabled
+    rewards: RewardSettings = field(init=False)
+
+    def __post_init__(self) -> None:
+        pipeline = self.cfg.pipeline
+        self.limits = ConcurrencyLimits(asyncio.Semaphore(pipeline.max_concurrent_episodes),
+                                        asyncio.Semaphore(pipeline.max_concurrent_extractions))
+        self.audit = _audit_config(self.cfg)
+        self.rewards = reward_settings(self.cfg)
 
     def sampling(self, cfg: SamplingConfig, solver: bool) -> SamplingParams:
         """Sampling parameters of a role; solver turns stop at the adapter's stop strings."""
@@ -137,8 +164,6 @@ async def build_context(cfg: Config, policy: PolicyClient | None = None,
         tokenizer = HFChatTokenizer.from_pretrained(tokenizer_path)
     adapter = adapter or make_adapter(cfg)
     catalog = TaskCatalog.load(_prepared_dir(cfg), adapter)
-    audit = AuditConfig(**{name: value for name, value in vars(cfg.audit).items()
-                           if name != "enabled"})  # every other AuditSettings field
     logger.info("pipeline context: %s, %d tasks in the catalog", adapter.name, len(catalog))
     return PipelineContext(
         cfg=cfg, adapter=adapter, policy=policy, tokenizer=tokenizer,
@@ -146,9 +171,4 @@ async def build_context(cfg: Config, policy: PolicyClient | None = None,
         retrieval=RetrievalClient.open(f"http://{cfg.retrieval.host}:{cfg.retrieval.port}",
                                        cfg.clients),
         catalog=catalog, library=SkillLibrary.in_run_dir(run_dir or cfg.run.output_dir),
-        limits=Limits(asyncio.Semaphore(cfg.pipeline.max_concurrent_episodes),
-                      asyncio.Semaphore(cfg.pipeline.max_concurrent_extractions)),
-        audit=audit if cfg.audit.enabled else None,
-        rewards=RewardConfig(cfg.rewards.format_penalty, cfg.rewards.audit_penalty),
-        weights=RoleWeights(cfg.rewards.solver_weight, cfg.rewards.extractor_weight),
         owned_policy=owned)

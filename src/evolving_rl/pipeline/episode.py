@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 
 from evolving_rl.clients.http import ServerError, TransportError
 from evolving_rl.clients.policy import FinishReason, PolicyError, SamplingParams
+from evolving_rl.core.samples import SampleStatus
 from evolving_rl.domains.base import EnvProtocolError, EpisodeTrace, Observation, TaskSpec, Turn
 from evolving_rl.pipeline.context import PipelineContext
 from evolving_rl.pipeline.timing import IOClock
-from evolving_rl.pipeline.types import SampleStatus
 
 logger = logging.getLogger(__name__)
 

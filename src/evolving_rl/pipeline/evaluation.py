@@ -1,4 +1,4 @@
-"""Evaluation protocol (DESIGN.md section 1), greedy, per test task and repeat:
+"""Evaluation protocol (docs/design.md §8), greedy, per test task and repeat:
 
   1. retrieve the top-1 task of the training split (never the test task itself);
   2. play it without a skill and extract one skill from that episode;

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 from evolving_rl.clients.policy import FinishReason, Generation, PolicyError, SamplingParams
 from evolving_rl.core.audit import AuditResult, audit_text
+from evolving_rl.core.samples import SampleStatus
 from evolving_rl.core.skill import SkillFormat, SkillParseResult, parse_skill, render_skill_card
 from evolving_rl.domains.base import TaskSpec, Turn
 from evolving_rl.pipeline.context import PipelineContext
 from evolving_rl.pipeline.timing import IOClock
-from evolving_rl.pipeline.types import SampleStatus
 
 logger = logging.getLogger(__name__)
 

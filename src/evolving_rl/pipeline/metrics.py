@@ -11,15 +11,12 @@ import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from evolving_rl.core.roles import Role
 from evolving_rl.pipeline.assembly import Assembled
 from evolving_rl.pipeline.episode import EpisodeResult
 from evolving_rl.pipeline.timing import IOClock
-from evolving_rl.pipeline.types import Role
-
-if TYPE_CHECKING:
-    from evolving_rl.pipeline.rollout import Retrieved, SourceUnit
+from evolving_rl.pipeline.units import Retrieved, SourceUnit
 
 
 def _mean(values: Iterable[float]) -> float:
@@ -120,11 +117,11 @@ def _sample_metrics(assembled: Assembled) -> dict[str, float]:
     out["groups/count"] = float(sum(1 for g in groups.groups if g.size > 0))
     out["groups/zero_variance"] = float(len(groups.zero_variance_groups))
     out["groups/zero_variance_fraction"] = groups.zero_variance_fraction
-    for role in ("extractor", "solver"):  # solver groups include the source-episode group
+    for role in (Role.EXTRACTOR, Role.SOLVER):  # solver groups include the source-episode group
         out[f"groups/{role}/count"] = float(sum(
-            1 for g in groups.groups if g.size > 0 and str(g.group_id).startswith(role)))
+            1 for g in groups.groups if g.size > 0 and g.group_id.role is role))
         out[f"groups/{role}/zero_variance"] = float(
-            sum(1 for g in groups.zero_variance_groups if str(g).startswith(role)))
+            sum(1 for key in groups.zero_variance_groups if key.role is role))
     return out
 
 

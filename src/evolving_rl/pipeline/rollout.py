@@ -1,11 +1,11 @@
 """The four-stage training rollout: source episode -> N extractions -> K retrieved tasks ->
 K x N x R downstream episodes, for every source task of the batch concurrently.
 
-Owns `SourceUnit` (everything one source task produced), `RolloutOutcome` and
-`run_training_rollout`, the entry point the slime hooks and the local backend call. Retrieval for
-the whole batch is one request, sent at the start so that it overlaps the source episodes; the
-source task itself is excluded unless `pipeline.include_source_in_retrieval`. Episodes run under
-the context's episode semaphore and extractions under its extraction semaphore. Rewards, GRPO
+Owns `RolloutOutcome` and `run_training_rollout`, the entry point the slime hooks and the local
+backend call; what each source task produced is a `units.SourceUnit`. Retrieval for the whole
+batch is one request, sent at the start so that it overlaps the source episodes; the source task
+itself is excluded unless `pipeline.include_source_in_retrieval`. Episodes run under the
+context's episode semaphore and extractions under its extraction semaphore. Rewards, GRPO
 advantages and role weights are computed by the core (see `assembly`); metrics in `metrics`.
 """
 
@@ -15,53 +15,26 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from evolving_rl.clients.http import ServerError, TransportError
 from evolving_rl.clients.policy import SamplingParams
 from evolving_rl.clients.retrieval import SearchQuery
 from evolving_rl.core.grid import Grid
+from evolving_rl.core.samples import TrainSample
 from evolving_rl.domains.base import TaskSpec
 from evolving_rl.pipeline.assembly import assemble
-from evolving_rl.pipeline.context import PipelineContext, build_context
+from evolving_rl.pipeline.context import PipelineContext
 from evolving_rl.pipeline.episode import EpisodeResult, run_episode
-from evolving_rl.pipeline.extraction import Extraction, extract_skills
+from evolving_rl.pipeline.extraction import extract_skills
 from evolving_rl.pipeline.metrics import StageTimes, rollout_metrics
 from evolving_rl.pipeline.timing import IOClock
-from evolving_rl.pipeline.types import TrainSample
+from evolving_rl.pipeline.units import Retrieved, SourceUnit
 
-__all__ = ["RolloutOutcome", "SourceUnit", "build_context", "play", "retrieve",
-           "run_training_rollout"]
+__all__ = ["RolloutOutcome", "play", "retrieve", "run_training_rollout"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class Retrieved:
-    """Retrieved tasks per source task, or why retrieval failed."""
-
-    tasks: list[list[TaskSpec]]
-    error: str | None = None
-    unknown_ids: int = 0
-
-
-@dataclass
-class SourceUnit:
-    """One source task and everything the rollout produced from it."""
-
-    position: int
-    task: TaskSpec
-    source: EpisodeResult
-    extractions: list[Extraction] = field(default_factory=list)
-    retrieved: list[TaskSpec] = field(default_factory=list)
-    retrieval_error: str | None = None
-    downstream: dict[int, EpisodeResult] = field(default_factory=dict)  # grid flat index
-
-    @property
-    def key(self) -> str:
-        """Unique within a rollout even when a task appears twice in the batch."""
-        return f"{self.position}:{self.task.id}"
 
 
 @dataclass
@@ -124,7 +97,7 @@ async def _run_source(ctx: PipelineContext, clock: IOClock, grid: Grid, position
                        grid.n_skills, ctx.sampling(sampling.extractor, solver=False)),
         asyncio.shield(retrieval))
     unit.extractions = extractions
-    unit.retrieved, unit.retrieval_error = retrieved.tasks[position], retrieved.error
+    unit.retrieved = retrieved.tasks[position]
     await _downstream(ctx, clock, grid, unit, solver)
     return unit
 

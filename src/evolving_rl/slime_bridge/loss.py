@@ -23,10 +23,10 @@ from typing import Any
 import torch
 
 from evolving_rl.config import Config
+from evolving_rl.core.roles import Role
 from evolving_rl.losses import per_token_policy_loss
-from evolving_rl.pipeline.types import Role
 from evolving_rl.slime_bridge import slime_api
-from evolving_rl.slime_bridge.settings import RoleCoefficients, role_coefficients
+from evolving_rl.slime_bridge.settings import LossCoefficients, role_coefficients
 from evolving_rl.slime_bridge.train_data import ROLE_CHANNEL_KEY, ROLE_CODES
 
 Reducer = Callable[[torch.Tensor], torch.Tensor]
@@ -53,7 +53,7 @@ def role_mask(batch: dict[str, Any], device: torch.device) -> torch.Tensor:
     return extractor.float()
 
 
-def per_token_coefficients(extractor: torch.Tensor, table: dict[Role, RoleCoefficients],
+def per_token_coefficients(extractor: torch.Tensor, table: dict[Role, LossCoefficients],
                            ) -> tuple[torch.Tensor, torch.Tensor]:
     """(KL coefficient, entropy coefficient) per token from the role mask."""
     solver, ext = table[Role.SOLVER], table[Role.EXTRACTOR]

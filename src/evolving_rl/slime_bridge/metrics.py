@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from statistics import fmean
 from typing import Any
 
-from evolving_rl.pipeline.types import Role
+from evolving_rl.core.roles import Role
 from evolving_rl.slime_bridge.samples import SampleTag
 
 TASK_TYPE_KEY = "task_type"

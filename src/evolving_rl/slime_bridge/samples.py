@@ -21,7 +21,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from evolving_rl.pipeline.types import Role, SampleStatus, TrainSample
+from evolving_rl.core.roles import Role
+from evolving_rl.core.samples import SampleStatus, TrainSample
 
 TAG_KEY = "evolving_rl"
 

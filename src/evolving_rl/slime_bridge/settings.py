@@ -35,7 +35,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from evolving_rl.config import Config, ConfigError, load_config
-from evolving_rl.pipeline.types import Role
+from evolving_rl.core.roles import Role
 
 CONFIG_KEY = "evolving_rl_config"
 HOOKS_MODULE = "evolving_rl.slime_hooks"
@@ -53,7 +53,7 @@ class SlimeArgsError(ValueError):
 
 
 @dataclass(frozen=True)
-class RoleCoefficients:
+class LossCoefficients:
     """KL and entropy coefficients of one role in the loss."""
 
     kl: float
@@ -77,10 +77,10 @@ def _load_cached(path: str) -> Config:
     return load_config(path)
 
 
-def role_coefficients(config: Config) -> dict[Role, RoleCoefficients]:
+def role_coefficients(config: Config) -> dict[Role, LossCoefficients]:
     """The per-role loss coefficients of our config."""
     loss = config.loss
-    return {role: RoleCoefficients(kl=getattr(loss.kl_coef, role.value),
+    return {role: LossCoefficients(kl=getattr(loss.kl_coef, role.value),
                                    entropy=getattr(loss.entropy_coef, role.value))
             for role in Role}
 

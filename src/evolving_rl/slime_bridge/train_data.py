@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from evolving_rl.pipeline.types import Role
+from evolving_rl.core.roles import Role
 from evolving_rl.slime_bridge.samples import SampleTag, flatten, post_process_rewards
 
 ROLE_CHANNEL_KEY = "teacher_log_probs"

@@ -1,4 +1,4 @@
-"""Typed records that cross the pipeline's boundaries: episodes, skills and training samples.
+"""Training samples: the record both backends train on, and how producing one ended.
 
 `TrainSample` is what both backends train on (slime's `Sample` is built from it in the hooks,
 the local trainer consumes it directly). Token ids and log-probs are exactly the sampled ones;
@@ -8,16 +8,14 @@ under top-p replay (the slime path) `nucleus` holds the kept ids of every respon
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 from evolving_rl.core.nucleus import Nucleus
 from evolving_rl.core.roles import Role
+from evolving_rl.core.strenum import StrEnum
 
-__all__ = ["Role", "SampleStatus", "TrainSample"]
 
-
-class SampleStatus(str, Enum):
+class SampleStatus(StrEnum):
     """Outcome of producing one sample; anything but COMPLETED/TRUNCATED has zero loss weight."""
 
     COMPLETED = "completed"
@@ -25,7 +23,6 @@ class SampleStatus(str, Enum):
     CONTEXT_OVERFLOW = "context_overflow"
     POLICY_ERROR = "policy_error"
     ENV_ERROR = "env_error"
-    RETRIEVAL_ERROR = "retrieval_error"
     ABORTED = "aborted"
     EMPTY = "empty"
 

@@ -1,0 +1,41 @@
+"""Records of one training rollout, shared by `rollout`, `assembly` and `metrics`.
+
+Owns `SourceUnit` (one source task and everything the rollout produced from it: its source
+episode, its N extractions, its retrieved tasks and its downstream episodes by grid flat index)
+and `Retrieved` (the batch's one retrieval answer: the tasks found for every source task, or why
+the request failed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from evolving_rl.domains.base import TaskSpec
+from evolving_rl.pipeline.episode import EpisodeResult
+from evolving_rl.pipeline.extraction import Extraction
+
+
+@dataclass
+class Retrieved:
+    """Retrieved tasks per source task, or why retrieval failed."""
+
+    tasks: list[list[TaskSpec]]
+    error: str | None = None
+    unknown_ids: int = 0
+
+
+@dataclass
+class SourceUnit:
+    """One source task and everything the rollout produced from it."""
+
+    position: int
+    task: TaskSpec
+    source: EpisodeResult
+    extractions: list[Extraction] = field(default_factory=list)
+    retrieved: list[TaskSpec] = field(default_factory=list)
+    downstream: dict[int, EpisodeResult] = field(default_factory=dict)  # grid flat index
+
+    @property
+    def key(self) -> str:
+        """Unique within a rollout even when a task appears twice in the batch."""
+        return f"{self.position}:{self.task.id}"

@@ -1,0 +1,130 @@
+"""Citations of the project's docs resolve, and nothing cites the design notes outside the repo.
+
+A citation is "docs/<name>.md", optionally followed by "§N" or "§N.M" (e.g. "docs/design.md §4.1"),
+anywhere in the text files under src/, env/, scripts/, configs/, benchmarks/, tests/, docs/ and in
+README.md. The file must exist, and a cited section must be a heading of that file numbered so
+("## 4. Title" is §4, "### 4.1 Title" is §4.1). Inside a doc, a bare "§N" cites a section of that
+same doc. The old private note (upper-case DESIGN, with or without ".md") must not be cited
+anywhere: the repository describes itself in docs/design.md.
+
+The README's "## Files" tree names every module: each file under `TREE_ROOTS` (package
+`__init__.py` aside) has an entry of its own, or its folder has one whose text names the file's
+stem as a word (e.g. "grid" in the `src/evolving_rl/core/` entry). Entries are the tree's lines
+indented by 0 or 2 spaces (2: a child of the last 0-indented folder); deeper lines continue the
+entry above.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCANNED_DIRS = ("src", "env", "scripts", "configs", "benchmarks", "tests", "docs")
+TEXT_SUFFIXES = {".py", ".sh", ".yaml", ".yml", ".md", ".toml", ".txt"}
+CITATION = re.compile(r"docs/([\w.-]+\.md)(?:\s*§\s*(\d+(?:\.\d+)*))?")
+SECTION_REF = re.compile(r"§\s*(\d+(?:\.\d+)*)")
+HEADING = re.compile(r"^#{2,6}\s+(\d+(?:\.\d+)*)[.\s]", re.MULTILINE)
+PRIVATE_NOTE = re.compile(r"\bDESIGN\b")
+TREE_ROOTS = {"src/evolving_rl": ".py", "env": ".py", "benchmarks": ".py", "scripts": ".sh",
+              "docs": ".md"}
+
+
+def scanned_files() -> Iterator[Path]:
+    yield ROOT / "README.md"
+    for name in SCANNED_DIRS:
+        for path in sorted((ROOT / name).rglob("*")):
+            if path.is_file() and path.suffix in TEXT_SUFFIXES and "__pycache__" not in path.parts:
+                yield path
+
+
+def sections(doc: Path) -> set[str]:
+    """Section numbers of a Markdown doc, from its numbered headings."""
+    return set(HEADING.findall(doc.read_text(encoding="utf-8")))
+
+
+def numbered_lines(path: Path) -> Iterator[tuple[str, str]]:
+    """("<path>:<line>", text) of every line of `path`."""
+    relative = path.relative_to(ROOT)
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        yield f"{relative}:{number}", line
+
+
+def citation_problems(path: Path) -> list[str]:
+    problems = []
+    for where, line in numbered_lines(path):
+        for name, section in CITATION.findall(line):
+            doc = ROOT / "docs" / name
+            if not doc.is_file():
+                problems.append(f"{where}: docs/{name} does not exist")
+            elif section and section not in sections(doc):
+                problems.append(f"{where}: docs/{name} has no section §{section}")
+    return problems
+
+
+def test_doc_citations_resolve() -> None:
+    problems = [problem for path in scanned_files() for problem in citation_problems(path)]
+    assert not problems, "\n".join(problems)
+
+
+def test_section_references_inside_docs_resolve() -> None:
+    problems = []
+    for doc in sorted((ROOT / "docs").glob("*.md")):
+        known = sections(doc)
+        for where, line in numbered_lines(doc):
+            bare = CITATION.sub("", line)  # citations of other docs are checked above
+            problems += [f"{where}: no section §{section} in this doc"
+                         for section in SECTION_REF.findall(bare) if section not in known]
+    assert not problems, "\n".join(problems)
+
+
+def test_design_doc_sections_are_numbered_in_order() -> None:
+    numbers = HEADING.findall((ROOT / "docs" / "design.md").read_text(encoding="utf-8"))
+    top = [int(n) for n in numbers if "." not in n]
+    assert top == list(range(1, len(top) + 1)), top
+
+
+def test_no_citation_of_the_private_design_notes() -> None:
+    this_file = Path(__file__).resolve()
+    hits = [where for path in scanned_files() if path.resolve() != this_file
+            for where, line in numbered_lines(path) if PRIVATE_NOTE.search(line)]
+    assert not hits, "cites the private design notes:\n" + "\n".join(hits)
+
+
+def readme_tree() -> dict[str, str]:
+    """Entry path -> its text (continuation lines included), from the README's Files block."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## Files", 1)[1].split("```")[1]
+    entries: dict[str, str] = {}
+    top = path = ""
+    for line in block.splitlines():
+        indent = len(line) - len(line.lstrip(" "))
+        if not line.strip():
+            continue
+        if indent > 2:
+            entries[path] += " " + line.strip()
+            continue
+        name, _, text = line.strip().partition(" ")
+        if indent == 0:
+            top = path = name
+        else:
+            path = top + name
+        entries[path] = text
+    return entries
+
+
+def test_readme_tree_names_every_module() -> None:
+    entries = readme_tree()
+    missing = []
+    for root, suffix in TREE_ROOTS.items():
+        for path in sorted((ROOT / root).rglob(f"*{suffix}")):
+            relative = path.relative_to(ROOT)
+            if path.name == "__init__.py" or "__pycache__" in relative.parts:
+                continue
+            folder = f"{relative.parent.as_posix()}/"
+            named = folder in entries and re.search(rf"\b{re.escape(path.stem)}\b",
+                                                    entries[folder])
+            if str(relative.as_posix()) not in entries and not named:
+                missing.append(str(relative))
+    assert not missing, "README Files tree does not name:\n" + "\n".join(missing)
