@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import subprocess
 import sys
@@ -42,6 +41,7 @@ from evolving_rl.config import Config, load_config, to_dict
 from evolving_rl.core.actions import extract_action
 from evolving_rl.pipeline.context import build_context, make_adapter
 from evolving_rl.pipeline.rollout import run_training_rollout
+from evolving_rl.retrieval.prepared import environment_prepared_dir, read_split
 from tests.fakes.scripted import (
     EXTRACTOR_MARKER,
     Responder,
@@ -98,13 +98,11 @@ def alfworld_launch(action: str, config: Path) -> None:
 
 def source_rows(cfg: Config, n: int) -> list[dict]:
     """The first task of each of the first `n` task types of the training split."""
-    path = Path(cfg.alfworld.prepared_dir) / "train.jsonl"
     rows, seen = [], set()
-    for line in path.read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
-        if row["metadata"]["task_type"] not in seen:
-            seen.add(row["metadata"]["task_type"])
-            rows.append(row)
+    for row in read_split(environment_prepared_dir(cfg), "train"):
+        if row.task_type not in seen:
+            seen.add(row.task_type)
+            rows.append(row.as_dict())
     return rows[:n]
 
 

@@ -36,7 +36,7 @@ from benchmarks.cli import parse_with_tiny
 from env.launch import free_port
 from env.retrieval.launcher import start_retrieval_server
 from evolving_rl.config import Config, load_config, parse_config, to_dict
-from evolving_rl.retrieval.build import prepared_dir_for, refresh_cache
+from evolving_rl.retrieval.build import refresh_cache
 from evolving_rl.retrieval.cache import load_cache
 from evolving_rl.retrieval.encoder import Encoder, load_encoder
 from evolving_rl.retrieval.index import (
@@ -44,6 +44,7 @@ from evolving_rl.retrieval.index import (
     SearchIndex,
     brute_force_positions,
 )
+from evolving_rl.retrieval.prepared import prepared_dir_for
 from evolving_rl.retrieval.tasks import load_task_rows
 from tests.fakes.synthetic_tasks import unseen_queries, write_prepared_splits
 

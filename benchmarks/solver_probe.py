@@ -31,7 +31,7 @@ from env.alfworld import launch
 from env.launch import free_port, free_port_block
 from evolving_rl.clients.tokenizer import HFChatTokenizer
 from evolving_rl.config import Config, load_config
-from evolving_rl.local.job import read_split
+from evolving_rl.local.job import split_rows
 from evolving_rl.local.model import load_model, load_tokenizer, resolve_model_path
 from evolving_rl.local.policy import LocalPolicy
 from evolving_rl.pipeline.context import build_context, make_adapter
@@ -44,7 +44,7 @@ TINY_OVERRIDES = ["pipeline.max_steps=2", "sampling.solver.max_new_tokens=16"]
 
 
 def probe_rows(cfg: Config, types: list[str], per_type: int) -> list[dict]:
-    train = read_split(cfg, "train")
+    train = split_rows(cfg, "train")
     return [row for t in types
             for row in [r for r in train if r["metadata"]["task_type"] == t][:per_type]]
 

@@ -162,4 +162,5 @@ def test_status_values_are_stable_strings():
         "no_action_tag",
         "empty_action",
         "not_admissible",
+        "malformed_action",
     }

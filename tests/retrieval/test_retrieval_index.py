@@ -15,7 +15,8 @@ from evolving_rl.retrieval.index import (
     brute_force_positions,
     top_k_positions,
 )
-from evolving_rl.retrieval.tasks import TaskDataError, TaskRow, load_task_rows
+from evolving_rl.retrieval.prepared import PreparedDataError
+from evolving_rl.retrieval.tasks import TaskRow, load_task_rows
 from tests.fakes.synthetic_tasks import make_split_rows, write_prepared_splits
 
 
@@ -40,18 +41,18 @@ def test_rows_shared_by_splits_are_merged(tmp_path):
 ])
 def test_malformed_rows_name_file_and_line(tmp_path, line, message):
     (tmp_path / "train.jsonl").write_text('{"id": "ok", "question": "fine"}\n' + line + "\n")
-    with pytest.raises(TaskDataError, match=f"train.jsonl:2: .*{message}"):
+    with pytest.raises(PreparedDataError, match=f"train.jsonl:2: .*{message}"):
         load_task_rows(tmp_path)
 
 
 def test_conflicting_rows_and_missing_splits_are_errors(tmp_path):
     (tmp_path / "a.jsonl").write_text('{"id": "x", "question": "one"}\n')
     (tmp_path / "b.jsonl").write_text('{"id": "x", "question": "two"}\n')
-    with pytest.raises(TaskDataError, match="differs"):
+    with pytest.raises(PreparedDataError, match="differs"):
         load_task_rows(tmp_path)
-    with pytest.raises(TaskDataError, match="not found"):
+    with pytest.raises(PreparedDataError, match="not found"):
         load_task_rows(tmp_path, ["nope"])
-    with pytest.raises(TaskDataError, match="no <split>.jsonl"):
+    with pytest.raises(PreparedDataError, match="no prepared <split>.jsonl"):
         load_task_rows(tmp_path / "empty")
 
 

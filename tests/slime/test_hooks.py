@@ -32,8 +32,9 @@ from slime_fixtures import (
 from evolving_rl import slime_hooks
 from evolving_rl.config import ConfigError
 from evolving_rl.core.roles import Role
+from evolving_rl.domains import registry
 from evolving_rl.losses import low_var_kl
-from evolving_rl.slime_bridge import slime_api
+from evolving_rl.slime_bridge import runtime, slime_api
 from evolving_rl.slime_bridge.loss import custom_policy_loss
 from evolving_rl.slime_bridge.samples import TAG_KEY, ForeignSampleError
 from evolving_rl.slime_bridge.settings import SlimeArgsError, check_slime_args, load_run_config
@@ -120,6 +121,14 @@ def test_missing_or_invalid_config_fails_loudly(slime_args, slime_types, fake_pi
     slime_args.evolving_rl_config = str(bad)
     with pytest.raises(ConfigError, match="no_such_key"):
         _rollout(slime_args, slime_types)
+
+
+def test_unregistered_environment_fails_before_the_runtime_starts(
+        slime_args, slime_types, fake_pipeline, monkeypatch):
+    monkeypatch.delitem(registry.DOMAINS, "alfworld")
+    with pytest.raises(ConfigError, match="'alfworld' has no registered domain"):
+        _rollout(slime_args, slime_types)
+    assert "context" not in fake_pipeline and runtime.RUNTIMES == {}
 
 
 def test_incompatible_slime_args_are_all_reported(slime_args, slime_types, fake_pipeline):

@@ -43,8 +43,9 @@ class EnvClient:
         """Start an episode; the answer carries its `episode_id` and first observation."""
         return await self._post("/reset", body, Retry.CONNECT)
 
-    async def step(self, episode_id: str, action: str) -> dict[str, Any]:
-        """Play `action`; never retried once sent (a step is not idempotent)."""
+    async def step(self, episode_id: str, action: str | dict[str, Any]) -> dict[str, Any]:
+        """Play `action` (a command, or an action object such as Mind2Web's); never retried
+        once sent (a step is not idempotent)."""
         return await self._post("/step", {"episode_id": episode_id, "action": action},
                                 Retry.CONNECT)
 

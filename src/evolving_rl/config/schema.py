@@ -51,6 +51,10 @@ class PipelineConfig:
     include_source_in_retrieval: bool = False
     retrieval_order: Literal["most_similar", "least_similar"] = "most_similar"
     retrieval_split: str = "train"
+    # Solver GRPO groups: "task" = one retrieved task's episodes across skills and repeats;
+    # "step_index" = for environments trained one sample per step (Mind2Web), those samples
+    # split further by step index (the reference's step-index normalisation).
+    solver_grouping: Literal["task", "step_index"] = "task"
     max_concurrent_episodes: int = bounded(64, ge=1)
     max_concurrent_extractions: int = bounded(32, ge=1)
     # Text that opens every assistant turn before sampling (prompt side: mask 0, never trained),
@@ -194,9 +198,25 @@ class AlfworldConfig:
 class Mind2WebConfig:
     """Mind2Web: the prepared task splits (retrieval index) and the env server's address."""
 
+    # The official layout's root (data/train/*.json + the test zip, extracted there by
+    # env.mind2web.prepare); the prepared JSONL splits.
+    data_root: str = "data/mind2web"
     prepared_dir: str = "data/mind2web/prepared"
     host: str = LOOPBACK
     port: int = bounded(8300, ge=1, le=65535)
+    # Env server: its own cache folder (task index + compact tasks), bounded LRU caches of parsed
+    # tasks and page snapshots, live-episode capacity (503 + Retry-After beyond it), idle TTL.
+    server_cache_dir: str = "data/mind2web/server_cache"
+    task_cache_size: int = bounded(256, ge=1)
+    snapshot_cache_size: int = bounded(1024, ge=1)
+    capacity: int = bounded(1024, ge=1)
+    episode_ttl_s: float = bounded(900.0, gt=0.0)
+    retry_after_s: int = bounded(1, ge=1)
+    max_body_bytes: int = bounded(65536, ge=1024)
+    threads: int = bounded(16, ge=1)
+    log_dir: str = "runs/logs/mind2web"
+    start_timeout_s: float = bounded(300.0, gt=0.0)
+    stop_timeout_s: float = bounded(10.0, gt=0.0)
 
 
 @dataclass(frozen=True)

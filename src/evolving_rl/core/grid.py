@@ -5,8 +5,10 @@ downstream episodes. Flat order is skill-major: idx = (n * K + k) * R + r, so th
 of one skill are contiguous. GRPO groups (docs/design.md §4.1): the extractor group is the N
 skills of one source task; the solver group for retrieved task k is its N*R episodes across
 skills (same task, different skills); the optional source-episode samples form one solver group
-per rollout (`SOURCE_GROUP_ID`). Samples carry a group's id; GRPO groups them by `GroupKey`,
-the id with its role, so that group statistics know their role without reading the id.
+per rollout (`SOURCE_GROUP_ID`); with one sample per step (Mind2Web) and step-index grouping,
+each of these groups splits by step index (`step_group_id`). Samples carry a group's id; GRPO
+groups them by `GroupKey`, the id with its role, so that group statistics know their role
+without reading the id.
 """
 
 from __future__ import annotations
@@ -105,3 +107,10 @@ def solver_group_id(source_id: str, task: int) -> str:
     if isinstance(task, bool) or not isinstance(task, int) or task < 0:
         raise ValueError(f"task must be an int >= 0, got {task!r}")
     return f"solver/{source_id}/{task}"
+
+
+def step_group_id(group_id: str, step: int) -> str:
+    """A solver group split by step index (`pipeline.solver_grouping: step_index`)."""
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step must be an int >= 0, got {step!r}")
+    return f"{group_id}/step{step}"

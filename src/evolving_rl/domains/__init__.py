@@ -1,6 +1,10 @@
 """Environment adapters: the only environment-specific trainer code.
 
 Modules:
-  base      the `EnvironmentAdapter` protocol and the records it exchanges with the pipeline
-  alfworld  ALFWorld prompts, observation blocks, action parsing, one sample per episode
+  base      the `EnvironmentAdapter` protocol, the records it exchanges with the pipeline, and
+            `Domain`, an environment's registry entry
+  registry  `domain_for(cfg)`: the configured environment's entry (what an environment provides)
+  alfworld  ALFWorld prompts, observation blocks, action parsing, one sample per episode; its entry
+  mind2web  Mind2Web step prompts, episode views, web actions, one sample per step; its entry
+            (the reference web extractor prompt in mind2web_skill_prompt)
 """

@@ -5,7 +5,9 @@ Owns everything the trainer knows about ALFWorld: the prepared row -> `TaskSpec`
 prompt (with the skill card when one is given) and first user message ("Your task is to: ..."),
 the observation block of each turn (step number, observation text, numbered admissible actions),
 the `<action>` parsing (via `core.actions`; an unparseable reply is sent as-is and counted), the
-extractor prompt of each skill format, and packing: one episode is one training sample.
+extractor prompt of each skill format, and packing: one episode is one training sample. Also its
+registry entry `DOMAIN` (`domains/registry.py`): the adapter factory, the router's URL, the
+held-out split `valid_unseen` and the server-side module `env.alfworld.service`.
 
 Extractor prompts. Reference format: the paper's single user message (`alfworld_skill_prompt`),
 its trajectory the reference's episode text (per step a "[Step i]" / "Observation:" /
@@ -21,6 +23,7 @@ from typing import Any
 
 from evolving_rl.clients.env import EnvClient
 from evolving_rl.clients.tokenizer import Message
+from evolving_rl.config.schema import Config
 from evolving_rl.core.actions import parse_alfworld_action
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import SampleStatus, TrainSample
@@ -28,6 +31,7 @@ from evolving_rl.core.skill import SkillFormat, skill_schema_text
 from evolving_rl.domains.alfworld_skill_prompt import reference_extractor_prompt
 from evolving_rl.domains.base import (
     ActionChoice,
+    Domain,
     EnvProtocolError,
     EpisodeTrace,
     Observation,
@@ -99,6 +103,7 @@ class AlfworldAdapter:
 
     name = "alfworld"
     stop = ("</action>",)
+    step_prompts = False
 
     def __init__(self, lenient: bool = False, action_format: str = "verbatim") -> None:
         if action_format not in SOLVER_ANSWER:
@@ -164,3 +169,16 @@ class AlfworldAdapter:
                             loss_mask=list(trace.loss_mask), log_probs=list(trace.log_probs),
                             reward=reward, group_id=group_id, status=status,
                             metadata=metadata, nucleus=trace.nucleus)]
+
+
+def make_alfworld_adapter(cfg: Config, lenient: bool) -> AlfworldAdapter:
+    return AlfworldAdapter(lenient=lenient, action_format=cfg.alfworld.action_format)
+
+
+def alfworld_url(cfg: Config) -> str:
+    """The router's base URL."""
+    return f"http://{cfg.alfworld.host}:{cfg.alfworld.router_port}"
+
+
+DOMAIN = Domain(name="alfworld", adapter=make_alfworld_adapter, env_url=alfworld_url,
+                eval_split="valid_unseen", services="env.alfworld.service")

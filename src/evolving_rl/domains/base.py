@@ -4,17 +4,19 @@ Owns the records an adapter exchanges with the episode loop (`TaskSpec`, `Observ
 `ActionChoice`, `Turn`, `EpisodeTrace`) and the `EnvironmentAdapter` protocol: how a task row
 becomes a task, how the env server is reset and stepped, the solver and extractor prompts, the
 observation block of each turn, action parsing and how a finished episode is packed into
-training samples. Environment names appear only in the modules that implement it.
+training samples; and `Domain`, the entry an environment registers in `domains/registry.py`.
+Environment names appear only in the modules that implement them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from evolving_rl.clients.env import EnvClient
 from evolving_rl.clients.tokenizer import Message
+from evolving_rl.config.schema import Config
 from evolving_rl.core.nucleus import Nucleus, NucleusBuilder
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import SampleStatus, TrainSample
@@ -43,7 +45,13 @@ class Observation:
     text: str
     actions: tuple[str, ...]  # admissible actions, when the environment lists them
     done: bool = False
-    score: float = 0.0  # ALFWorld: won (1.0) or not; Mind2Web: step correctness
+    # The episode's score so far: ALFWorld won (1.0) or not; Mind2Web the fraction of the task's
+    # steps done correctly.
+    score: float = 0.0
+    # The reward of the step that led here, for environments that judge every step (Mind2Web:
+    # 1.0 when the step was correct); None after a reset and for episode-level environments.
+    reward: float | None = None
+    info: Mapping[str, Any] = field(default_factory=dict)  # what else the adapter reads
 
 
 @dataclass(frozen=True)
@@ -58,13 +66,15 @@ class ActionChoice:
 @dataclass(frozen=True)
 class Turn:
     """One step of an episode: what the model saw (the observation and the commands offered),
-    wrote and sent."""
+    wrote and sent; `reward` and `info` are those of the observation its action led to."""
 
     observation: str
     model_text: str
     action: str
     action_status: str
     actions: tuple[str, ...] = ()
+    reward: float | None = None
+    info: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -73,7 +83,10 @@ class EpisodeTrace:
 
     `loss_mask` is 1 on sampled tokens and 0 on observation tokens (log-prob 0.0 there). When the
     generations carry their top-p nucleus (all of them or none), `nucleus` is response-aligned:
-    their spans on sampled tokens, empty spans on observation tokens.
+    their spans on sampled tokens, empty spans on observation tokens. With step prompts (the
+    adapter's `step_prompts`: each step prompted afresh, no dialogue history) the episode's own
+    record is the first step's prompt with an empty response, and `steps` holds one record per
+    step: its own prompt and its one reply.
     """
 
     prompt_ids: list[int]
@@ -82,6 +95,7 @@ class EpisodeTrace:
     log_probs: list[float] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
     top_p_spans: NucleusBuilder | None = None
+    steps: list[EpisodeTrace] = field(default_factory=list)
 
     def add_observation(self, token_ids: Sequence[int]) -> None:
         self.response_ids.extend(token_ids)
@@ -120,6 +134,9 @@ class EnvironmentAdapter(Protocol):
 
     name: str
     stop: tuple[str, ...]  # stop strings of a solver turn
+    # False: one dialogue, each observation block appended to the history (ALFWorld). True: every
+    # step is prompted afresh by `solver_messages` with the current observation (Mind2Web).
+    step_prompts: bool
 
     def task_from_row(self, row: Mapping[str, Any]) -> TaskSpec: ...
 
@@ -145,3 +162,14 @@ class EnvironmentAdapter(Protocol):
              role: Role, group_id: str, metadata: dict[str, Any]) -> list[TrainSample]:
         """Training samples of one finished episode (empty when nothing was generated)."""
         ...
+
+
+@dataclass(frozen=True)
+class Domain:
+    """One environment's registry entry (`domains/registry.py` says what each field must do)."""
+
+    name: str  # the config's `environment` value, and the name of its config section
+    adapter: Callable[[Config, bool], EnvironmentAdapter]  # (config, lenient action parsing)
+    env_url: Callable[[Config], str]  # base URL of its env server
+    eval_split: str  # the held-out split the local job evaluates on
+    services: str  # dotted name of its server-side module: `prepare_data(cfg)`, `serve(cfg)`

@@ -71,13 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    started = time.perf_counter()
     try:
-        cfg = load_config(args.config, args.overrides)
-    except ConfigError as err:
+        result = run_job(load_config(args.config, args.overrides))
+    except ConfigError as err:  # an invalid config, or an environment with no registered domain
         log.error("%s", err)
         return 2
-    started = time.perf_counter()
-    result = run_job(cfg)
     text = summary(result, time.perf_counter() - started)
     (result.run_dir / "summary.txt").write_text(text + "\n", encoding="utf-8")
     print(text)

@@ -2,18 +2,19 @@
 
 Owns the sequence and nothing of what each stage does:
 
-1. data — generate a small ALFWorld set with `env.alfworld.generate` when the data root holds
-   no games (`local.games_per_type` per task type and split, room sizes from
-   `alfworld.generator_*`), then write the prepared splits with `env.alfworld.prepare`;
+1. data — the configured environment's `prepare_data(cfg)` (its registry entry's server-side
+   module, `domains.registry`; ALFWorld's generates a small game set when the data root holds
+   none, then writes the prepared splits);
 2. retrieval cache — `evolving_rl.retrieval.build.refresh_cache` with the configured encoder
    (MiniLM from its PyPI package on the CPU default);
-3. servers — retrieval (`env.retrieval.launcher`) and ALFWorld router + workers
-   (`env.alfworld.launch`), started through their launch API with this job's `Config`; both
-   stopped on exit, by the launchers that know the PIDs they started;
+3. servers — retrieval (`env.retrieval.launcher`) and the environment's servers (its
+   `serve(cfg)`), started with this job's `Config`; both stopped on exit, by the launchers that
+   know the PIDs they started;
 4. model — policy, frozen reference and trainer (`evolving_rl.local.model` / `trainer`),
    optionally resumed from a checkpoint;
-5. training — evaluation before, `local.train_steps` rollouts of the four-stage pipeline with the
-   in-process policy, one GRPO step each, evaluation after, checkpoint, plot.
+5. training — evaluation on the entry's held-out split before, `local.train_steps` rollouts of
+   the four-stage pipeline with the in-process policy, one GRPO step each, evaluation after,
+   checkpoint, plot.
 Every record goes to `<run>/metrics.jsonl`; skills to `<run>/skill_library.jsonl`; the validated
 config the run used (overrides applied) to `<run>/config.yaml`.
 
@@ -27,13 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import importlib
 import logging
 import random
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -43,6 +45,7 @@ from tqdm import tqdm
 from evolving_rl.clients.tokenizer import HFChatTokenizer
 from evolving_rl.config import to_dict
 from evolving_rl.config.schema import Config
+from evolving_rl.domains.registry import domain_for
 from evolving_rl.local.metrics import MetricsLog, group_variance
 from evolving_rl.local.model import load_model, load_tokenizer, resolve_model_path
 from evolving_rl.local.plots import plot_run
@@ -51,10 +54,9 @@ from evolving_rl.local.trainer import GRPOTrainer, seed_everything
 from evolving_rl.pipeline.context import PipelineContext, build_context, make_adapter
 from evolving_rl.pipeline.evaluation import run_eval
 from evolving_rl.pipeline.rollout import run_training_rollout
+from evolving_rl.retrieval.prepared import environment_prepared_dir, read_split
 
 logger = logging.getLogger(__name__)
-
-EVAL_SPLIT = "valid_unseen"
 
 
 @dataclass
@@ -79,23 +81,12 @@ def timed(result: JobResult, stage: str) -> Iterator[None]:
     logger.info("stage %s done in %.1fs", stage, result.stage_s[stage])
 
 
-def prepare_data(cfg: Config) -> None:
-    """Generate games when the data root has none, then (re)write the prepared splits."""
-    from env.alfworld.gen_task import RoomLimits
-    from env.alfworld.generate import DATA_DIR, GeneratorSettings, generate_dataset
-    from env.alfworld.prepare import prepare
+def env_services(cfg: Config) -> ModuleType:
+    """The environment's server-side module (`prepare_data`, `serve`: see `domains.registry`).
 
-    root = Path(cfg.alfworld.data_root)
-    if not any((root / DATA_DIR).glob("*/*/*/game.tw-pddl")):
-        limits = RoomLimits(cfg.alfworld.generator_max_receptacles,
-                            cfg.alfworld.generator_max_objects)
-        report = generate_dataset(root, cfg.local.games_per_type, seed=cfg.run.seed,
-                                  workers=cfg.local.generator_workers,
-                                  settings=GeneratorSettings(limits=limits))
-        logger.info("generated games per split %s in %.0fs (%d missing)",
-                    report.games_per_split, report.wall_seconds, report.missing)
-    manifest = prepare(root, cfg.alfworld.prepared_dir)
-    logger.info("prepared splits: %s", {k: v["games"] for k, v in manifest["splits"].items()})
+    Imported here by name: only this job (layer 5) may import `env`, which `domains` sits beside.
+    """
+    return importlib.import_module(domain_for(cfg).services)
 
 
 def build_retrieval_cache(cfg: Config) -> None:
@@ -109,28 +100,26 @@ def build_retrieval_cache(cfg: Config) -> None:
 
 @contextlib.contextmanager
 def servers(cfg: Config) -> Iterator[None]:
-    """Retrieval and ALFWorld servers for the duration of the block; stopped on any exit."""
-    from env.alfworld import launch
+    """Retrieval and environment servers for the duration of the block; stopped on any exit."""
     from env.retrieval.launcher import start_retrieval_server
 
     with contextlib.ExitStack() as stack:
         stack.callback(start_retrieval_server(cfg).stop)
-        launch.start(cfg)
-        stack.callback(launch.stop, cfg)
+        stack.enter_context(env_services(cfg).serve(cfg))
         yield
 
 
-def read_split(cfg: Config, split: str) -> list[dict[str, Any]]:
-    path = Path(cfg.alfworld.prepared_dir) / f"{split}.jsonl"
-    with path.open(encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+def split_rows(cfg: Config, split: str) -> list[dict[str, Any]]:
+    """The rows of one prepared split of the configured environment, as the pipeline takes them."""
+    return [row.as_dict() for row in read_split(environment_prepared_dir(cfg), split)]
 
 
 def eval_rows(cfg: Config) -> list[dict[str, Any]]:
-    """`local.n_eval_games` held-out games, taken round-robin over task types (deterministic)."""
+    """`local.n_eval_games` tasks of the environment's held-out split, taken round-robin over
+    task types (deterministic)."""
     by_type: dict[str, list[dict[str, Any]]] = {}
-    for row in read_split(cfg, EVAL_SPLIT):
-        by_type.setdefault(row["metadata"]["task_type"], []).append(row)
+    for row in read_split(environment_prepared_dir(cfg), domain_for(cfg).eval_split):
+        by_type.setdefault(row.task_type, []).append(row.as_dict())
     queues = [rows for _, rows in sorted(by_type.items())]
     picked: list[dict[str, Any]] = []
     while len(picked) < cfg.local.n_eval_games and any(queues):
@@ -191,7 +180,7 @@ async def train_and_evaluate(cfg: Config, models: Models, log: MetricsLog,
     adapter = make_adapter(cfg, lenient=cfg.local.lenient_actions)
     ctx = await build_context(cfg, models.policy, HFChatTokenizer(models.tokenizer),
                               adapter=adapter, run_dir=result.run_dir)
-    sources = read_split(cfg, cfg.pipeline.retrieval_split)
+    sources = split_rows(cfg, cfg.pipeline.retrieval_split)
     rng = random.Random(cfg.run.seed)
     try:
         with timed(result, "eval_before"):
@@ -252,8 +241,7 @@ def check_sampling(cfg: Config) -> None:
 
 def run_job(cfg: Config) -> JobResult:
     """Run every stage of the module docstring; returns what was measured."""
-    if cfg.environment != "alfworld":
-        raise NotImplementedError("the local main job prepares ALFWorld data only")
+    services = env_services(cfg)  # first: an unregistered environment fails before any stage
     check_sampling(cfg)
     result = JobResult(run_dir=Path(cfg.run.output_dir))
     result.run_dir.mkdir(parents=True, exist_ok=True)
@@ -264,7 +252,7 @@ def run_job(cfg: Config) -> JobResult:
     torch.set_num_threads(cfg.local.torch_threads)
     log = MetricsLog.in_run_dir(result.run_dir)
     with timed(result, "data"):
-        prepare_data(cfg)
+        services.prepare_data(cfg)
     with timed(result, "retrieval_cache"):
         build_retrieval_cache(cfg)
     with timed(result, "model"):

@@ -8,10 +8,12 @@ trainable or whose reward is undefined (infrastructure failures, no downstream e
 their group before normalisation and are not emitted; nothing with zero response tokens is ever
 emitted. The optional source-episode samples
 (`pipeline.train_on_source_episode`) form one group per rollout: a single source episode per task
-has no group of its own to be compared with. An extractor sample's response is its one
-generation, so it carries that generation's top-p nucleus as is (None without replay); solver
-samples carry the episode trace's response-aligned one (`EpisodeTrace.nucleus`). Also builds the
-skill-library records.
+has no group of its own to be compared with. With `pipeline.solver_grouping: step_index`, the
+solver samples that carry a `step_index` (one sample per step: Mind2Web) form one group per
+step index within those groups (`core.grid.step_group_id`). An extractor sample's response is
+its one generation, so it carries that generation's top-p nucleus as is (None without
+replay); solver samples carry their trace's response-aligned one (`EpisodeTrace.nucleus`). Also
+builds the skill-library records.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from evolving_rl.core.grid import (
     GroupKey,
     extractor_group_id,
     solver_group_id,
+    step_group_id,
 )
 from evolving_rl.core.grpo import GroupAdvantages, group_advantages
 from evolving_rl.core.rewards import (
@@ -66,7 +69,13 @@ def _episode_samples(ctx: PipelineContext, result: EpisodeResult, group_id: str,
     metadata = {**metadata, "task_id": result.task.id, "task_type": result.task.task_type,
                 "stop_reason": result.stop_reason, "n_steps": result.n_steps,
                 "n_invalid_actions": result.n_invalid_actions, "success": result.success}
-    return ctx.adapter.pack(result.trace, result.status, reward, Role.SOLVER, group_id, metadata)
+    samples = ctx.adapter.pack(result.trace, result.status, reward, Role.SOLVER, group_id,
+                               metadata)
+    if ctx.cfg.pipeline.solver_grouping == "step_index":
+        for sample in samples:
+            if "step_index" in sample.metadata:
+                sample.group_id = step_group_id(group_id, sample.metadata["step_index"])
+    return samples
 
 
 def _extractor_sample(unit: SourceUnit, extraction: Extraction, reward: ExtractorReward,

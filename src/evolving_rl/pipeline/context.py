@@ -3,16 +3,16 @@
 Owns `PipelineContext` (config, adapter, policy, tokenizer, env and retrieval clients, the task
 catalog of the retrieval split and the skill library; the concurrency semaphores and the core's
 audit and reward settings it derives from the config itself, the latter by `reward_settings`),
-`TaskCatalog` (task id -> `TaskSpec`, read from the prepared JSONL files) and
-`build_context`. Nothing here is global: the hooks or the local backend build a context inside
-their event loop and pass it to every call; `close` releases the HTTP pools it opened (the policy
-belongs to the caller).
+`TaskCatalog` (task id -> `TaskSpec`, read from the prepared JSONL files), `make_adapter` and
+`build_context`. What is environment-specific (the adapter, the env server's URL) comes from the
+configured environment's registry entry (`domains.registry.domain_for`). Nothing here is global:
+the hooks or the local backend build a context inside their event loop and pass it to every call;
+`close` releases the HTTP pools it opened (the policy belongs to the caller).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,9 +25,10 @@ from evolving_rl.config.schema import Config, SamplingConfig
 from evolving_rl.core.audit import AuditConfig
 from evolving_rl.core.rewards import RewardSettings
 from evolving_rl.core.roles import RoleWeights
-from evolving_rl.domains.alfworld import AlfworldAdapter
 from evolving_rl.domains.base import EnvironmentAdapter, TaskSpec
+from evolving_rl.domains.registry import domain_for
 from evolving_rl.pipeline.skill_library import SkillLibrary
+from evolving_rl.retrieval.prepared import prepared_dir_for, read_prepared_dir
 
 logger = logging.getLogger(__name__)
 
@@ -41,15 +42,10 @@ class TaskCatalog:
     @classmethod
     def load(cls, prepared_dir: str | Path, adapter: EnvironmentAdapter) -> TaskCatalog:
         tasks: dict[str, TaskSpec] = {}
-        paths = sorted(Path(prepared_dir).glob("*.jsonl"))
-        if not paths:
-            raise FileNotFoundError(f"no prepared <split>.jsonl files in {prepared_dir}")
-        for path in paths:
-            with path.open(encoding="utf-8") as handle:
-                for line in handle:
-                    if line.strip():
-                        row = json.loads(line)
-                        tasks.setdefault(str(row["id"]), adapter.task_from_row(row))
+        for rows in read_prepared_dir(prepared_dir).values():
+            for row in rows:
+                if row.id not in tasks:
+                    tasks[row.id] = adapter.task_from_row(row.as_dict())
         return cls(tasks)
 
     def get(self, task_id: str) -> TaskSpec | None:
@@ -124,21 +120,7 @@ class PipelineContext:
 
 def make_adapter(cfg: Config, lenient: bool = False) -> EnvironmentAdapter:
     """The configured environment's adapter; `lenient` action parsing for small models."""
-    if cfg.environment == "alfworld":
-        return AlfworldAdapter(lenient=lenient, action_format=cfg.alfworld.action_format)
-    raise NotImplementedError(f"no pipeline adapter for environment {cfg.environment!r} yet")
-
-
-def _prepared_dir(cfg: Config) -> str:
-    if cfg.retrieval.prepared_dir:
-        return cfg.retrieval.prepared_dir
-    return cfg.alfworld.prepared_dir if cfg.environment == "alfworld" else cfg.mind2web.prepared_dir
-
-
-def _env_url(cfg: Config) -> str:
-    if cfg.environment == "alfworld":
-        return f"http://{cfg.alfworld.host}:{cfg.alfworld.router_port}"
-    return f"http://{cfg.mind2web.host}:{cfg.mind2web.port}"
+    return domain_for(cfg).adapter(cfg, lenient)
 
 
 async def build_context(cfg: Config, policy: PolicyClient | None = None,
@@ -153,6 +135,7 @@ async def build_context(cfg: Config, policy: PolicyClient | None = None,
     `top_p_replay` makes it ask for the nucleus of top-p < 1 generations), and `tokenizer` or
     `tokenizer_path` (a Hugging Face tokenizer folder).
     """
+    domain = domain_for(cfg)  # first: an unregistered environment fails before anything opens
     owned = None
     if policy is None:
         if policy_url is None:
@@ -162,12 +145,12 @@ async def build_context(cfg: Config, policy: PolicyClient | None = None,
         if tokenizer_path is None:
             raise ValueError("build_context needs a tokenizer or a tokenizer_path")
         tokenizer = HFChatTokenizer.from_pretrained(tokenizer_path)
-    adapter = adapter or make_adapter(cfg)
-    catalog = TaskCatalog.load(_prepared_dir(cfg), adapter)
+    adapter = adapter or domain.adapter(cfg, False)
+    catalog = TaskCatalog.load(prepared_dir_for(cfg), adapter)
     logger.info("pipeline context: %s, %d tasks in the catalog", adapter.name, len(catalog))
     return PipelineContext(
         cfg=cfg, adapter=adapter, policy=policy, tokenizer=tokenizer,
-        env=EnvClient.open(_env_url(cfg), cfg.clients),
+        env=EnvClient.open(domain.env_url(cfg), cfg.clients),
         retrieval=RetrievalClient.open(f"http://{cfg.retrieval.host}:{cfg.retrieval.port}",
                                        cfg.clients),
         catalog=catalog, library=SkillLibrary.in_run_dir(run_dir or cfg.run.output_dir),

@@ -6,7 +6,11 @@ and then the sampled ids with their log-probs (mask 1), never re-tokenised; unde
 each reply also brings its nucleus, and observation blocks get empty spans. A configured solver
 reply prefix opens each assistant turn on the prompt side (mask 0) and is prepended to the
 decoded reply before parsing. `max_new_tokens` is
-capped per turn by the per-turn cap and by the room left in the context. Every way an episode
+capped per turn by the per-turn cap and by the room left in the context. An adapter with
+`step_prompts` (Mind2Web) has no dialogue history: each step is prompted afresh by its
+`solver_messages` with the current observation and recorded in `EpisodeTrace.steps` (one prompt
+and one reply each); a step prompt that does not fit the context truncates the episode. Each
+turn records the reward and info of the observation its action led to. Every way an episode
 can end is a status, never an exception:
 
   COMPLETED         the environment said done (score from the environment)
@@ -25,7 +29,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from evolving_rl.clients.http import ServerError, TransportError
 from evolving_rl.clients.policy import FinishReason, PolicyError, SamplingParams
@@ -75,6 +79,7 @@ class _Episode:
     task: TaskSpec
     episode_id: str
     trace: EpisodeTrace
+    skill_card: str | None = None
     actions: Counter[str] = field(default_factory=Counter)
 
     def end(self, status: SampleStatus, reason: str, score: float | None,
@@ -90,17 +95,43 @@ def _reply_prefix(ctx: PipelineContext) -> list[int]:
     return ctx.tokenizer.encode_text(prefix) if prefix else []
 
 
-async def _turn(ep: _Episode, observation: Observation, sampling: SamplingParams,
-                step: int, last_id: int | None) -> EpisodeResult | tuple[Observation, int]:
-    """One observation block + reply + env step; an `EpisodeResult` when the episode ends."""
+def _history_input(ep: _Episode, observation: Observation, step: int,
+                   last_id: int | None) -> EpisodeTrace | EpisodeResult:
+    """The dialogue with this step's observation block appended (none before the first reply)."""
     ctx, trace = ep.ctx, ep.trace
-    max_context = ctx.cfg.pipeline.max_context_tokens
     if step > 0:
         block = ctx.tokenizer.encode_followup(
             ctx.adapter.render_observation(step, observation), last_id) + _reply_prefix(ctx)
-        if trace.length + len(block) >= max_context:
+        if trace.length + len(block) >= ctx.cfg.pipeline.max_context_tokens:
             return ep.end(SampleStatus.TRUNCATED, "context_limit", 0.0)
         trace.add_observation(block)
+    return trace
+
+
+def _step_input(ep: _Episode, observation: Observation, step: int) -> EpisodeTrace | EpisodeResult:
+    """A fresh record for this step: its own prompt (the episode's first prompt at step 0)."""
+    ctx = ep.ctx
+    if step == 0:
+        prompt = list(ep.trace.prompt_ids)
+    else:
+        prompt = ctx.tokenizer.encode_prompt(ctx.adapter.solver_messages(
+            ep.task, observation, ep.skill_card)) + _reply_prefix(ctx)
+        if len(prompt) >= ctx.cfg.pipeline.max_context_tokens:
+            return ep.end(SampleStatus.TRUNCATED, "context_limit", 0.0)
+    ep.trace.steps.append(EpisodeTrace(prompt))
+    return ep.trace.steps[-1]
+
+
+async def _turn(ep: _Episode, observation: Observation, sampling: SamplingParams,
+                step: int, last_id: int | None) -> EpisodeResult | tuple[Observation, int]:
+    """One observation block (or step prompt) + reply + env step; an `EpisodeResult` when the
+    episode ends."""
+    ctx = ep.ctx
+    max_context = ctx.cfg.pipeline.max_context_tokens
+    trace = (_step_input(ep, observation, step) if ctx.adapter.step_prompts
+             else _history_input(ep, observation, step, last_id))
+    if isinstance(trace, EpisodeResult):
+        return trace
     room = max_context - trace.length
     try:
         with ep.clock.wait("policy"):
@@ -117,8 +148,8 @@ async def _turn(ep: _Episode, observation: Observation, sampling: SamplingParams
     text = ctx.cfg.pipeline.solver_reply_prefix + ctx.tokenizer.decode(generation.token_ids)
     choice = ctx.adapter.parse_action(text, observation)
     ep.actions[choice.status] += 1
-    trace.turns.append(Turn(observation.text, text, choice.command, choice.status,
-                            observation.actions))
+    turn = Turn(observation.text, text, choice.command, choice.status, observation.actions)
+    ep.trace.turns.append(turn)
     if generation.finish_reason is FinishReason.LENGTH and trace.length >= max_context:
         return ep.end(SampleStatus.TRUNCATED, "context_limit", 0.0)
     try:
@@ -126,6 +157,7 @@ async def _turn(ep: _Episode, observation: Observation, sampling: SamplingParams
             observation = await ctx.adapter.step(ctx.env, ep.episode_id, choice.command)
     except ENV_ERRORS as error:
         return ep.end(SampleStatus.ENV_ERROR, "env_error", None, str(error))
+    ep.trace.turns[-1] = replace(turn, reward=observation.reward, info=observation.info)
     if observation.done:
         return ep.end(SampleStatus.COMPLETED, "done", observation.score)
     return observation, generation.token_ids[-1]
@@ -167,7 +199,7 @@ async def run_episode(ctx: PipelineContext, clock: IOClock, task: TaskSpec,
     else:
         messages = ctx.adapter.solver_messages(task, first, skill_card)
         ep = _Episode(ctx, clock, task, episode_id, EpisodeTrace(
-            ctx.tokenizer.encode_prompt(messages) + _reply_prefix(ctx)))
+            ctx.tokenizer.encode_prompt(messages) + _reply_prefix(ctx)), skill_card)
         try:
             result = await _play(ep, first, sampling)
         finally:

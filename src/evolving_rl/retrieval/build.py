@@ -2,10 +2,10 @@
 
     python -m evolving_rl.retrieval.build --config configs/local_cpu.yaml [--splits train ...]
 
-Reads `<prepared_dir>/<split>.jsonl` (all splits found unless `--splits`), embeds the task
-questions with `retrieval.model` (batch size, device and threads from the config), reuses the
-vectors of unchanged texts from an existing cache of the same model, and saves
-`retrieval.cache_path` atomically.
+Reads `<prepared_dir>/<split>.jsonl` through `retrieval.prepared` (all splits found unless
+`--splits`), embeds the task questions with `retrieval.model` (batch size, device and threads
+from the config), reuses the vectors of unchanged texts from an existing cache of the same model,
+and saves `retrieval.cache_path` atomically.
 """
 
 from __future__ import annotations
@@ -18,17 +18,10 @@ from pathlib import Path
 from evolving_rl.config import Config, ConfigError, load_config
 from evolving_rl.retrieval.cache import BuildStats, CacheError, build_cache, load_cache, save_cache
 from evolving_rl.retrieval.encoder import Encoder, ModelLoadError, load_encoder
-from evolving_rl.retrieval.tasks import TaskDataError, load_task_rows
+from evolving_rl.retrieval.prepared import PreparedDataError, prepared_dir_for
+from evolving_rl.retrieval.tasks import load_task_rows
 
 logger = logging.getLogger(__name__)
-
-
-def prepared_dir_for(cfg: Config) -> Path:
-    """The folder of prepared split files the index is built from."""
-    if cfg.retrieval.prepared_dir:
-        return Path(cfg.retrieval.prepared_dir)
-    env_cfg = cfg.alfworld if cfg.environment == "alfworld" else cfg.mind2web
-    return Path(env_cfg.prepared_dir)
 
 
 def refresh_cache(cfg: Config, encoder: Encoder, splits: list[str] | None = None,
@@ -61,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config, args.overrides)
         encoder = load_encoder(cfg.retrieval)
         stats = refresh_cache(cfg, encoder, args.splits)
-    except (ConfigError, ModelLoadError, TaskDataError, CacheError) as err:
+    except (ConfigError, ModelLoadError, PreparedDataError, CacheError) as err:
         logger.error("%s", err)
         return 2
     logger.info("cache %s: %d rows, %d unique texts, %d encoded, %d reused",

@@ -1,23 +1,19 @@
-"""Task rows of the retrieval index, read from the prepared split files.
+"""Task rows of the retrieval index, from the prepared split files (`retrieval.prepared`).
 
-Owns the prepared-dataset contract as the retrieval side sees it: `<prepared_dir>/<split>.jsonl`,
-one JSON object per line with `id`, `question` and `metadata.task_type`. The same task id may sit
-in several split files (ALFWorld's `train` holds `train_seen` and `train_unseen`): it becomes one
-`TaskRow` listing all its splits, so it is embedded once and filtered by split membership.
+The same task id may sit in several split files (ALFWorld's `train` holds `train_seen` and
+`train_unseen`): it becomes one `TaskRow` listing all its splits, so it is embedded once and
+filtered by split membership.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from evolving_rl.retrieval.prepared import PreparedDataError, read_prepared_dir
+
 logger = logging.getLogger(__name__)
-
-
-class TaskDataError(ValueError):
-    """A prepared split file is missing, malformed or inconsistent."""
 
 
 @dataclass(frozen=True)
@@ -30,61 +26,24 @@ class TaskRow:
     splits: tuple[str, ...]
 
 
-def _parse_line(path: Path, lineno: int, line: str) -> tuple[str, str, str]:
-    """Return (id, question, task_type) of one JSONL line, or raise naming file and line."""
-    where = f"{path}:{lineno}"
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise TaskDataError(f"{where}: invalid JSON ({err.msg})") from None
-    if not isinstance(record, dict):
-        raise TaskDataError(f"{where}: expected a JSON object")
-    task_id, question = record.get("id"), record.get("question")
-    metadata = record.get("metadata") or {}
-    if not isinstance(task_id, str) or not task_id:
-        raise TaskDataError(f"{where}: 'id' must be a non-empty string")
-    if not isinstance(question, str) or not question.strip():
-        raise TaskDataError(f"{where}: 'question' must be a non-empty string")
-    if not isinstance(metadata, dict):
-        raise TaskDataError(f"{where}: 'metadata' must be an object")
-    task_type = metadata.get("task_type", "")
-    if not isinstance(task_type, str):
-        raise TaskDataError(f"{where}: 'metadata.task_type' must be a string")
-    return task_id, question, task_type
-
-
-def available_splits(prepared_dir: str | Path) -> list[str]:
-    """Names of the split files present in `prepared_dir`, sorted."""
-    return sorted(p.stem for p in Path(prepared_dir).glob("*.jsonl"))
-
-
 def load_task_rows(prepared_dir: str | Path, splits: list[str] | None = None) -> list[TaskRow]:
     """Read the given splits (all present when None) into unique rows, in first-seen order.
 
     A task id seen in several splits must carry the same question and task type everywhere.
     """
-    prepared_dir = Path(prepared_dir)
-    names = list(splits) if splits else available_splits(prepared_dir)
-    if not names:
-        raise TaskDataError(f"no <split>.jsonl files in {prepared_dir}")
+    by_split = read_prepared_dir(prepared_dir, splits)
     seen: dict[str, tuple[str, str, list[str]]] = {}
-    for split in names:
-        path = prepared_dir / f"{split}.jsonl"
-        if not path.is_file():
-            raise TaskDataError(f"split file not found: {path}")
-        with path.open(encoding="utf-8") as handle:
-            for lineno, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                task_id, question, task_type = _parse_line(path, lineno, line)
-                known = seen.get(task_id)
-                if known is None:
-                    seen[task_id] = (question, task_type, [split])
-                elif known[:2] != (question, task_type):
-                    raise TaskDataError(f"{path}:{lineno}: task '{task_id}' differs from its "
+    for split, rows in by_split.items():
+        for row in rows:
+            known = seen.get(row.id)
+            if known is None:
+                seen[row.id] = (row.question, row.task_type, [split])
+            elif known[:2] != (row.question, row.task_type):
+                raise PreparedDataError(f"split '{split}': task '{row.id}' differs from its "
                                         f"row in split '{known[2][0]}'")
-                elif split not in known[2]:
-                    known[2].append(split)
-    logger.info("read %d unique tasks from %d splits in %s", len(seen), len(names), prepared_dir)
+            elif split not in known[2]:
+                known[2].append(split)
+    logger.info("read %d unique tasks from %d splits in %s", len(seen), len(by_split),
+                prepared_dir)
     return [TaskRow(task_id, question, task_type, tuple(split_list))
             for task_id, (question, task_type, split_list) in seen.items()]

@@ -5,20 +5,21 @@ actor. The pipeline's async clients must outlive one call and stay on one event 
 process keeps one `Runtime` per config file: the validated config, a daemon thread running an
 event loop, and the pipeline context built on that loop once (from our config, the SGLang router
 at `args.sglang_router_ip/port` and the tokenizer at `args.hf_checkpoint`). `RUNTIMES` is that
-cache — the one piece of module state the hook interface forces on us. When the config samples at
-top-p < 1 (= `--rollout-top-p`, checked by `check_slime_args`), the context's policy client asks
-SGLang for every generation's nucleus, which the samples carry for slime's top-p replay.
+cache — the one piece of module state the hook interface forces on us. A config whose
+environment has no registered domain (`domains.registry`) fails there, before anything starts.
+When the config samples at top-p < 1 (= `--rollout-top-p`, checked by `check_slime_args`), the
+context's policy client asks SGLang for every generation's nucleus, which the samples carry for
+slime's top-p replay.
 
-A prompt row is one line of our prompt JSONL (`env.alfworld.prepare`): `{"id", "question",
+A prompt row is one line of a prepared split file (`retrieval.prepared`): `{"id", "question",
 "prompt", "metadata"}`. slime's data source keeps `prompt` (`--input-key prompt`), `label`
 (`--label-key id`) and `metadata`; `row_from_sample` rebuilds the row from them. Eval rows are read
-from the `--eval-prompt-data name path ...` files directly.
+from the `--eval-prompt-data name path ...` files with the same reader.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 from argparse import Namespace
@@ -28,6 +29,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from evolving_rl.config import Config
+from evolving_rl.domains.registry import domain_for
+from evolving_rl.retrieval.prepared import read_prepared
 from evolving_rl.slime_bridge.settings import check_slime_args, load_run_config
 
 logger = logging.getLogger(__name__)
@@ -87,6 +90,7 @@ def get_runtime(args: Namespace) -> Runtime:
     config = load_run_config(args)
     key = str(Path(args.evolving_rl_config).resolve())
     if key not in RUNTIMES:
+        domain_for(config)
         check_slime_args(args, config)
         loop = LoopThread()
         RUNTIMES[key] = Runtime(config=config, loop=loop,
@@ -121,6 +125,5 @@ def eval_datasets(args: Namespace) -> dict[str, list[dict[str, Any]]]:
         raise ValueError("evaluation needs --eval-prompt-data given as name/path pairs")
     datasets = {}
     for name, path in zip(pairs[::2], pairs[1::2], strict=True):
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-        datasets[name] = [json.loads(line) for line in lines if line.strip()]
+        datasets[name] = [row.as_dict() for row in read_prepared(path)]
     return datasets

@@ -1,0 +1,47 @@
+"""What the local main job needs from the ALFWorld server side: ALFWorld's `Domain.services`.
+
+Owns `prepare_data(cfg)`: generate a small game set with `generate` when the data root holds no
+games (`local.games_per_type` per task type and split on `local.generator_workers` processes,
+room sizes from `alfworld.generator_*`), then (re)write the prepared splits with `prepare`; and
+`serve(cfg)`: the router + workers of `launch` for the duration of a block, stopped on any exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+from env.alfworld import launch
+from env.alfworld.gen_task import RoomLimits
+from env.alfworld.generate import DATA_DIR, GeneratorSettings, generate_dataset
+from env.alfworld.prepare import prepare
+from evolving_rl.config import Config
+
+logger = logging.getLogger(__name__)
+
+
+def prepare_data(cfg: Config) -> None:
+    """Generate games when the data root has none, then (re)write the prepared splits."""
+    root = Path(cfg.alfworld.data_root)
+    if not any((root / DATA_DIR).glob("*/*/*/game.tw-pddl")):
+        limits = RoomLimits(cfg.alfworld.generator_max_receptacles,
+                            cfg.alfworld.generator_max_objects)
+        report = generate_dataset(root, cfg.local.games_per_type, seed=cfg.run.seed,
+                                  workers=cfg.local.generator_workers,
+                                  settings=GeneratorSettings(limits=limits))
+        logger.info("generated games per split %s in %.0fs (%d missing)",
+                    report.games_per_split, report.wall_seconds, report.missing)
+    manifest = prepare(root, cfg.alfworld.prepared_dir)
+    logger.info("prepared splits: %s", {k: v["games"] for k, v in manifest["splits"].items()})
+
+
+@contextlib.contextmanager
+def serve(cfg: Config) -> Iterator[None]:
+    """The ALFWorld router + workers of `cfg` for the duration of the block."""
+    launch.start(cfg)
+    try:
+        yield
+    finally:
+        launch.stop(cfg)

@@ -1,0 +1,1 @@
+"""Mind2Web: synthetic data in the official format, data preparation and the web env server."""

@@ -1,0 +1,199 @@
+"""Prompt datasets from Mind2Web task files — official (osunlp/Mind2Web) or generated alike.
+
+Owns the step from a data root in the official layout (`data/train/*.json` and the test zip) to
+`<prepared_dir>/{train,test_task,test_website,test_domain,all}.jsonl`. The test zip is first
+extracted into `data/<split>/` (`env.mind2web.testzip`; password from $MIND2WEB_ZIP_PASSWORD).
+Every task file is streamed with ijson, one parse event at a time, so memory is bounded by the
+largest single value (one page's HTML), never by the file. One row per task:
+
+    {"id": annotation_id, "question": confirmed_task, "prompt": confirmed_task,
+     "metadata": {"annotation_id", "website", "domain", "subdomain",
+                  "task_type": "domain/subdomain", "source_file": "data/train/train_0.json",
+                  "task_index": N, "n_steps": N, "split": "train"}}
+
+`all` is the four splits in that order. Writes are atomic (temp + rename); `manifest.json` holds
+the inputs' sizes and mtimes, and a run whose inputs are unchanged writes nothing.
+
+    MIND2WEB_ZIP_PASSWORD=... python -m env.mind2web.prepare --config configs/web.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import ijson
+from tqdm import tqdm
+
+from env.mind2web.testzip import PASSWORD_ENV, TEST_SPLITS, ZipPasswordError, extract_test_zips
+from evolving_rl.config import load_config
+
+logger = logging.getLogger(__name__)
+
+SPLITS = ("train", *TEST_SPLITS)
+DATA_ENV = "MIND2WEB_DATA"
+_FIELDS = ("annotation_id", "website", "domain", "subdomain", "confirmed_task")
+_FIELD_PREFIXES = {f"item.{name}": name for name in _FIELDS}
+
+
+class MissingDataError(FileNotFoundError):
+    """No Mind2Web task files where they were looked for."""
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One prompt row; `to_json` is the JSONL contract."""
+
+    annotation_id: str
+    task: str
+    website: str
+    domain: str
+    subdomain: str
+    source_file: str
+    task_index: int
+    n_steps: int
+    split: str
+
+    def to_json(self) -> dict:
+        return {"id": self.annotation_id, "question": self.task, "prompt": self.task,
+                "metadata": {"annotation_id": self.annotation_id, "website": self.website,
+                             "domain": self.domain, "subdomain": self.subdomain,
+                             "task_type": f"{self.domain}/{self.subdomain}",
+                             "source_file": self.source_file, "task_index": self.task_index,
+                             "n_steps": self.n_steps, "split": self.split}}
+
+
+def missing_data_message(data_root: Path) -> str:
+    return (f"no Mind2Web task files under {data_root / 'data'} (expected data/train/*.json and "
+            "the test zip). Get them either way:\n"
+            "  - official data: download the dataset osunlp/Mind2Web from Hugging Face into that "
+            "folder (or point mind2web.data_root / $MIND2WEB_DATA at it) and set "
+            f"{PASSWORD_ENV} to the test zip's password;\n"
+            "  - generated data: run `scripts/web/prepare_data.sh --generate`.")
+
+
+def _normalize(text) -> str:
+    return re.sub(r"\s+", " ", str(text or "")).strip()
+
+
+def iter_tasks(path: Path, data_root: Path, split: str) -> Iterator[TaskRow]:
+    """The tasks of one JSON list file, streamed event by event."""
+    source = path.relative_to(data_root).as_posix()
+    fields: dict[str, str] = {}
+    index = n_steps = 0
+    with path.open("rb") as fh:
+        for prefix, event, value in ijson.parse(fh):
+            if prefix in _FIELD_PREFIXES and event in ("string", "number"):
+                fields[_FIELD_PREFIXES[prefix]] = _normalize(value)
+            elif prefix == "item.actions.item" and event == "start_map":
+                n_steps += 1
+            elif prefix == "item" and event == "end_map":
+                yield TaskRow(fields.get("annotation_id", ""), fields.get("confirmed_task", ""),
+                              fields.get("website", ""), fields.get("domain", ""),
+                              fields.get("subdomain", ""), source, index, n_steps, split)
+                fields, index, n_steps = {}, index + 1, 0
+
+
+def source_files(data_root: Path) -> dict[str, list[Path]]:
+    """Task files per split, sorted by name with numeric parts in order."""
+    def key(path: Path) -> list:
+        return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path.name)]
+    return {split: sorted((data_root / "data" / split).glob("*.json"), key=key)
+            for split in SPLITS}
+
+
+def _fingerprint(data_root: Path, files: dict[str, list[Path]]) -> list:
+    return [[p.relative_to(data_root).as_posix(), p.stat().st_size, p.stat().st_mtime_ns]
+            for split in SPLITS for p in files[split]]
+
+
+def _up_to_date(prepared_dir: Path, inputs: list) -> dict | None:
+    manifest_path = prepared_dir / "manifest.json"
+    if not manifest_path.is_file():
+        return None
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    present = all((prepared_dir / f"{name}.jsonl").is_file() for name in (*SPLITS, "all"))
+    return manifest if present and manifest.get("inputs") == inputs else None
+
+
+def _tmp(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp{os.getpid()}")
+
+
+def _write_splits(data_root: Path, prepared_dir: Path, files: dict[str, list[Path]]) -> dict:
+    """Stream every split into its JSONL and into `all`; returns counts per split."""
+    seen: set[str] = set()
+    summary: dict = {}
+    with _tmp(prepared_dir / "all.jsonl").open("w", encoding="utf-8") as all_fh:
+        for split in SPLITS:
+            by_type: Counter = Counter()
+            out = prepared_dir / f"{split}.jsonl"
+            with _tmp(out).open("w", encoding="utf-8") as fh:
+                for path in tqdm(files[split], desc=split, unit="file"):
+                    for row in iter_tasks(path, data_root, split):
+                        if row.annotation_id in seen or not row.annotation_id:
+                            raise ValueError(f"{path}: task {row.task_index} has a missing or "
+                                             f"repeated annotation_id {row.annotation_id!r}")
+                        seen.add(row.annotation_id)
+                        line = json.dumps(row.to_json(), ensure_ascii=False) + "\n"
+                        fh.write(line)
+                        all_fh.write(line)
+                        by_type[f"{row.domain}/{row.subdomain}"] += 1
+            summary[split] = {"tasks": sum(by_type.values()),
+                              "by_task_type": dict(sorted(by_type.items()))}
+            if not by_type:
+                logger.warning("split %s is empty", split)
+    for name in (*SPLITS, "all"):
+        os.replace(_tmp(prepared_dir / f"{name}.jsonl"), prepared_dir / f"{name}.jsonl")
+    return summary
+
+
+def prepare(data_root: str | Path, prepared_dir: str | Path,
+            password: str | None = None) -> dict:
+    """Extract the test zip if needed, write the five JSONL splits and `manifest.json`."""
+    data_root, prepared_dir = Path(data_root).resolve(), Path(prepared_dir)
+    if (data_root / "data").is_dir():
+        extract_test_zips(data_root / "data", password)
+    files = source_files(data_root)
+    if not any(files.values()):
+        raise MissingDataError(missing_data_message(data_root))
+    inputs = _fingerprint(data_root, files)
+    manifest = _up_to_date(prepared_dir, inputs)
+    if manifest is not None:
+        logger.info("%s is up to date", prepared_dir)
+        return manifest
+    prepared_dir.mkdir(parents=True, exist_ok=True)
+    splits = _write_splits(data_root, prepared_dir, files)
+    manifest = {"data_root": str(data_root), "inputs": inputs, "splits": splits}
+    _tmp(prepared_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    os.replace(_tmp(prepared_dir / "manifest.json"), prepared_dir / "manifest.json")
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--config", required=True, help="YAML config (mind2web section)")
+    parser.add_argument("--data-root", help=f"data root (default: ${DATA_ENV}, then "
+                                            "mind2web.data_root)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    cfg = load_config(args.config).mind2web
+    data_root = args.data_root or os.environ.get(DATA_ENV) or cfg.data_root
+    try:
+        manifest = prepare(data_root, cfg.prepared_dir, os.environ.get(PASSWORD_ENV))
+    except (MissingDataError, ZipPasswordError) as err:
+        raise SystemExit(f"error: {err}") from None
+    for name, info in manifest["splits"].items():
+        logger.info("%s: %d tasks %s", name, info["tasks"], info["by_task_type"])
+    logger.info("wrote %s", cfg.prepared_dir)
+
+
+if __name__ == "__main__":
+    main()

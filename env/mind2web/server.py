@@ -1,0 +1,65 @@
+"""Mind2Web env server process: index the tasks, then serve the app with waitress.
+
+    python -m env.mind2web.server --config configs/web.yaml [--set mind2web.port=8300]
+
+Owns start-up and process life: the task store is built (or its on-disk index reused) before the
+port opens, so a healthy server has every task indexed; `<log_dir>/server.pid` is written once
+listening and removed at exit; a housekeeping thread evicts idle episodes; SIGTERM stops cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+from pathlib import Path
+
+from waitress import create_server
+
+from env.launch import add_config_arguments, config_from_args, exit_on_sigterm, write_pid_file
+from env.mind2web.app import create_app
+from env.mind2web.episodes import EpisodeTable
+from env.mind2web.store import TaskStore
+from evolving_rl.config.schema import Mind2WebConfig
+
+logger = logging.getLogger(__name__)
+
+
+def pid_file(cfg: Mind2WebConfig) -> Path:
+    return Path(cfg.log_dir) / "server.pid"
+
+
+def _housekeeping(table: EpisodeTable, ttl_s: float, stop: threading.Event) -> None:
+    while not stop.wait(max(0.2, min(ttl_s / 4, 5.0))):
+        evicted = table.evict_idle()
+        if evicted:
+            logger.info("evicted %d idle episodes", evicted)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_config_arguments(parser)
+    cfg = config_from_args(parser.parse_args(argv)).mind2web
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    exit_on_sigterm()
+    store = TaskStore(cfg.data_root, cfg.server_cache_dir, cfg.task_cache_size,
+                      cfg.snapshot_cache_size)
+    table = EpisodeTable(cfg.capacity, cfg.episode_ttl_s, cfg.retry_after_s)
+    server = create_server(create_app(cfg, store, table), host=cfg.host, port=cfg.port,
+                           threads=cfg.threads, max_request_body_size=2 * cfg.max_body_bytes,
+                           ident="mind2web")
+    write_pid_file(pid_file(cfg))
+    stop = threading.Event()
+    threading.Thread(target=_housekeeping, args=(table, cfg.episode_ttl_s, stop), daemon=True,
+                     name="housekeeping").start()
+    logger.info("serving %d tasks on http://%s:%d", len(store), cfg.host, cfg.port)
+    try:
+        server.run()
+    finally:
+        stop.set()
+        server.close()
+        logger.info("mind2web server on port %d stopped", cfg.port)
+
+
+if __name__ == "__main__":
+    main()

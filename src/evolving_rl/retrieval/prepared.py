@@ -1,0 +1,108 @@
+"""The prepared-dataset contract, read in one place: `<prepared_dir>/<split>.jsonl` rows.
+
+Owns where an environment's prepared splits live (`environment_prepared_dir`: the `prepared_dir`
+of the config section named after the environment, which every environment's section has;
+`prepared_dir_for`, what retrieval and the task catalog read: `retrieval.prepared_dir` when set,
+else that one), what one line holds (`PreparedRow`: `id`, `question`, `prompt`,
+`metadata` with `task_type`; the shape every environment's data preparation writes) and how the
+files are read, each line validated, errors naming file and line (`read_prepared`, `read_split`,
+`read_prepared_dir`). The pipeline takes rows as the JSON objects they are (`PreparedRow.as_dict`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evolving_rl.config.schema import Config
+
+
+class PreparedDataError(ValueError):
+    """A prepared split file is missing, malformed or inconsistent."""
+
+
+@dataclass(frozen=True)
+class PreparedRow:
+    """One task of a prepared split file; `prompt` is the question when the line has none."""
+
+    id: str
+    question: str
+    prompt: str
+    metadata: Mapping[str, Any]
+
+    @property
+    def task_type(self) -> str:
+        return self.metadata.get("task_type", "")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row as the JSON object the pipeline and the adapters read."""
+        return {"id": self.id, "question": self.question, "prompt": self.prompt,
+                "metadata": dict(self.metadata)}
+
+
+def environment_prepared_dir(cfg: Config) -> Path:
+    """Where the configured environment's data preparation writes its split files."""
+    return Path(getattr(cfg, cfg.environment).prepared_dir)
+
+
+def prepared_dir_for(cfg: Config) -> Path:
+    """The split files of the retrieval index and the task catalog: `retrieval.prepared_dir`, or
+    the environment's."""
+    if cfg.retrieval.prepared_dir:
+        return Path(cfg.retrieval.prepared_dir)
+    return environment_prepared_dir(cfg)
+
+
+def parse_row(line: str, where: str) -> PreparedRow:
+    """One JSONL line as a row, or `PreparedDataError` naming `where` (file:line)."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise PreparedDataError(f"{where}: invalid JSON ({err.msg})") from None
+    if not isinstance(record, dict):
+        raise PreparedDataError(f"{where}: expected a JSON object")
+    task_id, question = record.get("id"), record.get("question")
+    prompt, metadata = record.get("prompt", question), record.get("metadata") or {}
+    if not isinstance(task_id, str) or not task_id:
+        raise PreparedDataError(f"{where}: 'id' must be a non-empty string")
+    if not isinstance(question, str) or not question.strip():
+        raise PreparedDataError(f"{where}: 'question' must be a non-empty string")
+    if not isinstance(prompt, str):
+        raise PreparedDataError(f"{where}: 'prompt' must be a string")
+    if not isinstance(metadata, dict):
+        raise PreparedDataError(f"{where}: 'metadata' must be an object")
+    if not isinstance(metadata.get("task_type", ""), str):
+        raise PreparedDataError(f"{where}: 'metadata.task_type' must be a string")
+    return PreparedRow(task_id, question, prompt, metadata)
+
+
+def read_prepared(path: str | Path) -> list[PreparedRow]:
+    """Every row of one JSONL file, in file order (blank lines skipped)."""
+    path = Path(path)
+    if not path.is_file():
+        raise PreparedDataError(f"prepared file not found: {path}")
+    with path.open(encoding="utf-8") as handle:
+        return [parse_row(line, f"{path}:{lineno}")
+                for lineno, line in enumerate(handle, start=1) if line.strip()]
+
+
+def split_names(prepared_dir: str | Path) -> list[str]:
+    """Names of the split files present in `prepared_dir`, sorted."""
+    return sorted(p.stem for p in Path(prepared_dir).glob("*.jsonl"))
+
+
+def read_split(prepared_dir: str | Path, split: str) -> list[PreparedRow]:
+    """The rows of `<prepared_dir>/<split>.jsonl`."""
+    return read_prepared(Path(prepared_dir) / f"{split}.jsonl")
+
+
+def read_prepared_dir(prepared_dir: str | Path,
+                      splits: list[str] | None = None) -> dict[str, list[PreparedRow]]:
+    """Split name -> rows for `splits` (every split file present when None), in that order."""
+    names = list(splits) if splits else split_names(prepared_dir)
+    if not names:
+        raise PreparedDataError(f"no prepared <split>.jsonl files in {prepared_dir}")
+    return {name: read_split(prepared_dir, name) for name in names}

@@ -1,0 +1,290 @@
+"""The Mind2Web env server as a real process, started and stopped through its launcher: gold
+replay wins every generated task, train mode stops at the first wrong step, eval mode is
+teacher-forced, every client mistake is a 4xx naming its field, capacity gives 503."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+from env.launch import free_port, health_ok, read_pid
+from env.mind2web import launch
+from env.mind2web.server import pid_file
+from env.mind2web.snapshot import build_snapshot
+from env.mind2web.store import LRU, OUTSIDE, TaskStore
+from env.mind2web.validate import GoldStep, expected_refs
+from evolving_rl.config import Config, parse_config
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    cfg: Config
+
+    def post(self, path: str, payload: object) -> requests.Response:
+        return requests.post(f"{self.url}{path}", json=payload, timeout=30)
+
+    def reset(self, task: object, mode: str = "train") -> dict:
+        resp = self.post("/reset", {"task": task, "mode": mode})
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+
+@dataclass(frozen=True)
+class TaskCase:
+    file: str
+    index: int
+    data: dict
+
+    def gold(self, step: int) -> GoldStep:
+        action = self.data["actions"][step]
+        return GoldStep(action["operation"]["op"], action["operation"]["value"],
+                        frozenset(c["backend_node_id"] for c in action["pos_candidates"]),
+                        self.data["action_reprs"][step])
+
+    def gold_action(self, step: int) -> dict:
+        snapshot = build_snapshot(self.data["actions"][step]["cleaned_html"])
+        operation = self.data["actions"][step]["operation"]
+        return {"op": operation["original_op"], "ref": expected_refs(self.gold(step), snapshot)[0],
+                "value": operation["value"]}
+
+    def wrong_action(self, step: int) -> dict:
+        snapshot = build_snapshot(self.data["actions"][step]["cleaned_html"])
+        good = set(expected_refs(self.gold(step), snapshot))
+        ref = next(e.ref for e in snapshot.elements if e.ref not in good)
+        return {**self.gold_action(step), "ref": ref}
+
+
+@pytest.fixture(scope="module")
+def tasks(mind2web_prepared) -> list[TaskCase]:
+    root = mind2web_prepared.root
+    cases = [TaskCase(path.relative_to(root).as_posix(), i, task)
+             for path in sorted(root.rglob("*.json"))
+             for i, task in enumerate(json.loads(path.read_text()))]
+    assert {c.file.split("/")[1] for c in cases} == {"train", "test_task", "test_website",
+                                                     "test_domain"}
+    assert any(not a["pos_candidates"] for c in cases for a in c.data["actions"])
+    return cases
+
+
+@pytest.fixture(scope="module")
+def start_server(tmp_path_factory, mind2web_prepared) -> Iterator[Callable[..., Server]]:
+    started: list[Server] = []
+
+    def _start(**settings) -> Server:
+        run = tmp_path_factory.mktemp("mind2web_server")
+        values = {"data_root": str(mind2web_prepared.root), "port": free_port(),
+                  "server_cache_dir": str(run / "cache"), "log_dir": str(run / "logs"),
+                  "start_timeout_s": 120, **settings}
+        cfg = parse_config({"environment": "mind2web", "mind2web": values})
+        launch.start(cfg)
+        server = Server(f"http://127.0.0.1:{values['port']}", cfg)
+        started.append(server)
+        return server
+
+    yield _start
+    for server in started:
+        launch.stop(server.cfg)
+
+
+@pytest.fixture(scope="module")
+def server(start_server) -> Server:
+    return start_server(capacity=4)
+
+
+def test_health_counts_every_task(server, tasks):
+    body = requests.get(f"{server.url}/health", timeout=5).json()
+    assert body["status"] == "ok" and body["tasks"] == len(tasks) and body["episodes"] == 0
+
+
+def test_gold_replay_wins_every_task(server, tasks):
+    for number, case in enumerate(tasks):
+        by_file = number % 2 == 1
+        view = server.reset({"file": case.file, "index": case.index} if by_file
+                            else case.data["annotation_id"])
+        assert view["task_id"] == case.data["annotation_id"]
+        assert view["task"] == case.data["confirmed_task"]
+        assert view["n_steps"] == len(case.data["actions"])
+        for step in range(view["n_steps"]):
+            assert view["step"] == step and not view["done"]
+            assert view["previous_actions"] == case.data["action_reprs"][:step]
+            page = case.data["actions"][step]["cleaned_html"]
+            assert view["observation"] == build_snapshot(page).text
+            resp = server.post("/step", {"episode_id": view["episode_id"],
+                                         "action": case.gold_action(step)})
+            assert resp.status_code == 200, resp.text
+            view = resp.json()
+            assert view["result"]["correct"], (case.data["annotation_id"], step, view["result"])
+        assert view["done"] and view["won"] and view["steps_correct"] == view["n_steps"]
+        assert server.post("/close", {"episode_id": view["episode_id"]}).status_code == 200
+
+
+def test_train_mode_ends_at_the_first_wrong_step(server, tasks):
+    case = next(c for c in tasks if len(c.data["actions"]) >= 2)
+    view = server.reset(case.data["annotation_id"])
+    view = server.post("/step", {"episode_id": view["episode_id"],
+                                 "action": case.gold_action(0)}).json()
+    view = server.post("/step", {"episode_id": view["episode_id"],
+                                 "action": case.wrong_action(1)}).json()
+    assert view["done"] and not view["won"] and view["step"] == 1
+    assert view["steps_correct"] == 1 and view["result"]["match"] == "none"
+    again = server.post("/step", {"episode_id": view["episode_id"],
+                                  "action": case.gold_action(1)})
+    assert again.status_code == 409 and again.json()["field"] == "episode_id"
+    server.post("/close", {"episode_id": view["episode_id"]})
+
+
+def test_eval_mode_is_teacher_forced(server, tasks):
+    case = next(c for c in tasks if len(c.data["actions"]) >= 3)
+    n = len(case.data["actions"])
+    view = server.reset(case.data["annotation_id"], mode="eval")
+    wrong_value = {**case.gold_action(0), "op": "TYPE", "value": "nothing like it"}
+    view = server.post("/step", {"episode_id": view["episode_id"], "action": wrong_value}).json()
+    assert not view["result"]["correct"] and not view["done"] and view["step"] == 1
+    assert view["previous_actions"] == case.data["action_reprs"][:1]
+    for step in range(1, n):
+        view = server.post("/step", {"episode_id": view["episode_id"],
+                                     "action": case.gold_action(step)}).json()
+        assert view["result"]["correct"]
+    assert view["done"] and not view["won"] and view["steps_correct"] == n - 1
+    server.post("/close", {"episode_id": view["episode_id"]})
+
+
+def _raw(server: Server, head: str) -> tuple[int, bytes]:
+    """Status and body of a hand-written request (one the HTTP clients refuse to send)."""
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(head.encode() + b"\r\n\r\n")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    return int(data.split(b" ", 2)[1]), data.partition(b"\r\n\r\n")[2]
+
+
+def test_client_mistakes_get_json_4xx_naming_the_field(server, tasks):
+    task_id = tasks[0].data["annotation_id"]
+    episode_id = server.reset(task_id)["episode_id"]
+    good = tasks[0].gold_action(0)
+    cases = [
+        ("/reset", [], 400, "body"), ("/reset", {}, 400, "task"),
+        ("/reset", {"task": 5}, 400, "task"), ("/reset", {"task": ""}, 400, "task"),
+        ("/reset", {"task": "no-such-id"}, 404, "task"),
+        ("/reset", {"task": {"file": 3, "index": 0}}, 400, "task.file"),
+        ("/reset", {"task": {"file": tasks[0].file}}, 400, "task.index"),
+        ("/reset", {"task": {"file": tasks[0].file, "index": True}}, 400, "task.index"),
+        ("/reset", {"task": {"file": tasks[0].file, "index": -1}}, 400, "task.index"),
+        ("/reset", {"task": {"file": tasks[0].file, "index": 999}}, 404, "task.index"),
+        ("/reset", {"task": {"file": "data/train/none.json", "index": 0}}, 404, "task.file"),
+        ("/reset", {"task": task_id, "mode": "play"}, 400, "mode"),
+        ("/step", {"action": good}, 400, "episode_id"),
+        ("/step", {"episode_id": 7, "action": good}, 400, "episode_id"),
+        ("/step", {"episode_id": "nope", "action": good}, 404, "episode_id"),
+        ("/step", {"episode_id": episode_id}, 400, "action"),
+        ("/step", {"episode_id": episode_id, "action": "CLICK e1"}, 400, "action"),
+        ("/step", {"episode_id": episode_id, "action": {**good, "op": "DRAG"}}, 400,
+         "action.op"),
+        ("/step", {"episode_id": episode_id, "action": {**good, "op": None}}, 400, "action.op"),
+        ("/step", {"episode_id": episode_id, "action": {**good, "ref": "12"}}, 400,
+         "action.ref"),
+        ("/step", {"episode_id": episode_id, "action": {**good, "value": 3}}, 400,
+         "action.value"),
+        ("/close", {"episode_id": None}, 400, "episode_id"),
+        ("/close", {"episode_id": "nope"}, 404, "episode_id"),
+    ]
+    for path, body, status, field in cases:
+        resp = server.post(path, body)
+        assert resp.status_code == status, (path, body, resp.text)
+        assert resp.json()["error"] and resp.json().get("field") == field, (path, resp.text)
+    bad_json = requests.post(f"{server.url}/reset", data=b"{no", timeout=10)
+    assert bad_json.status_code == 400 and bad_json.json()["field"] == "body"
+    big = server.post("/reset", {"task": task_id, "pad": "x" * 70_000})
+    assert big.status_code == 413 and big.json()["field"] == "body"
+    # waitress answers this one itself, before the app: a plain-text 400 naming the header
+    status, body = _raw(server, "POST /reset HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n"
+                                "Connection: close")
+    assert status == 400 and b"Content-Length" in body
+    assert requests.get(f"{server.url}/nowhere", timeout=5).status_code == 404
+    view = server.post("/step", {"episode_id": episode_id, "action": good})
+    assert view.status_code == 200 and view.json()["result"]["correct"]
+    server.post("/close", {"episode_id": episode_id})
+
+
+def test_task_files_outside_the_root_get_one_answer(server, mind2web_prepared, tmp_path):
+    outside = tmp_path / "secret.json"
+    outside.write_text("[]")
+    link = mind2web_prepared.root / "escape"
+    link.symlink_to(tmp_path)
+    try:
+        for name in ["../../etc/passwd", "../secret.json", str(outside), "/no/such.json",
+                     "escape/secret.json", "data/../../x.json"]:
+            resp = server.post("/reset", {"task": {"file": name, "index": 0}})
+            assert resp.status_code == 400 and resp.json()["message"] == OUTSIDE, name
+            assert resp.json()["field"] == "task.file"
+    finally:
+        link.unlink()
+
+
+def test_capacity_gives_503_with_retry_after(server, tasks):
+    task_id = tasks[0].data["annotation_id"]
+    ids = [server.reset(task_id)["episode_id"] for _ in range(4)]
+    try:
+        full = server.post("/reset", {"task": task_id})
+        assert full.status_code == 503 and int(full.headers["Retry-After"]) >= 1
+    finally:
+        for episode_id in ids:
+            server.post("/close", {"episode_id": episode_id})
+    server.reset(task_id)  # room again (left for the idle TTL of this module's server)
+
+
+def test_idle_episodes_are_evicted_and_stop_leaves_no_process(start_server, tasks):
+    server = start_server(episode_ttl_s=0.5)
+    episode_id = server.reset(tasks[0].data["annotation_id"])["episode_id"]
+    deadline = time.monotonic() + 10
+    while requests.get(f"{server.url}/health", timeout=5).json()["episodes"] and \
+            time.monotonic() < deadline:
+        time.sleep(0.2)
+    resp = server.post("/step", {"episode_id": episode_id, "action": tasks[0].gold_action(0)})
+    assert resp.status_code == 404
+    path = pid_file(server.cfg.mind2web)
+    pid = read_pid(path)
+    assert pid is not None and launch.stop(server.cfg)
+    assert not Path(path).exists() and not health_ok(f"{server.url}/health", 1.0)
+    assert not Path(f"/proc/{pid}").exists() or b"env.mind2web" not in Path(
+        f"/proc/{pid}/cmdline").read_bytes()
+
+
+def test_lru_keeps_the_most_recent(tmp_path):
+    loads: list[int] = []
+    cache = LRU(2, lambda key: loads.append(key) or key * 10)
+    assert [cache.get(k) for k in (1, 2, 1, 3, 1, 2)] == [10, 20, 10, 30, 10, 20]
+    assert loads == [1, 2, 3, 2] and len(cache) == 2
+
+
+def test_index_is_built_once_and_rebuilt_when_the_source_changes(mind2web_generated, tmp_path):
+    root = tmp_path / "root"
+    (root / "data").mkdir(parents=True)
+    source = next(p for p in mind2web_generated.files if p.suffix == ".json")
+    target = root / "data" / source.name
+    target.write_bytes(source.read_bytes())
+    (root / "data" / "notes.json").write_text('{"not": "a task list"}')
+    (root / "data" / "broken.json").write_text('[{"annotation_id": ')
+    first = TaskStore(root, tmp_path / "cache", 4, 4)
+    count = len(json.loads(source.read_text()))
+    assert len(first) == count
+    built = {p: p.stat().st_mtime_ns for p in (tmp_path / "cache").iterdir()}
+    assert len(built) == 4 and not list((tmp_path / "cache").glob("*.tmp"))
+    assert len(TaskStore(root, tmp_path / "cache", 4, 4)) == count
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "cache").iterdir()} == built
+    tasks = json.loads(source.read_text())
+    target.write_text(json.dumps(tasks[:1]))
+    again = TaskStore(root, tmp_path / "cache", 4, 4)
+    assert len(again) == 1
+    key = again.locate_id(tasks[0]["annotation_id"])
+    assert again.task(key).confirmed_task == tasks[0]["confirmed_task"]

@@ -1,0 +1,118 @@
+"""The page snapshot: parsing rules, listing rules, no answer leak, speed on a large page."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+from env.mind2web.snapshot import build_snapshot, parse
+from env.mind2web.validate import GoldStep, expected_refs
+
+LINE = re.compile(r'^\[e(\d+)\] [\w:.-]+ "[^"\n]*"( \S.*)?$')
+
+
+def _lines(page: str) -> list[str]:
+    return build_snapshot(page).text.splitlines()
+
+
+def test_self_closed_tags_do_not_swallow_their_siblings():
+    page = ('<html backend_node_id="1"><body backend_node_id="2"><div backend_node_id="3">'
+            '<svg backend_node_id="4" /><span backend_node_id="5"><text backend_node_id="6">'
+            'Next page</text></span></div><p backend_node_id="7"><text backend_node_id="8">'
+            'Footer</text></p></body></html>')
+    root = parse(page)
+    body = root.children[0].children[0]
+    assert [c.tag for c in body.children] == ["div", "p"]
+    assert [c.tag for c in body.children[0].children] == ["svg", "span"]
+    assert body.children[0].children[0].children == []
+    lines = _lines(page)
+    assert '[e3] svg ""' in lines and '[e4] span "Next page"' in lines
+    assert '[e5] p "Footer"' in lines
+
+
+def test_void_unmatched_and_entities():
+    page = ('<div backend_node_id="1"><input backend_node_id="2" type="search" '
+            'aria_label="Search &amp; go"><b backend_node_id="3">bold</i></b>'
+            '<a backend_node_id="4">Tom &amp; Jerry</a></div>')
+    lines = _lines(page)
+    assert '[e2] searchbox "Search & go"' in lines
+    assert '[e3] b "bold"' in lines and '[e4] link "Tom & Jerry"' in lines
+
+
+def test_depth_30_keeps_the_deepest_element():
+    inner = '<button backend_node_id="999"><text backend_node_id="1000">Deep</text></button>'
+    page = inner
+    for depth in range(30):
+        page = (f'<div backend_node_id="{depth}"><span backend_node_id="s{depth}">x{depth}'
+                f'</span>{page}</div>')
+    snapshot = build_snapshot(page)
+    deep = [e for e in snapshot.elements if "999" in e.backend_ids]
+    assert len(deep) == 1 and f"[{deep[0].ref}] button \"Deep\"" in snapshot.text
+
+
+def test_wrapper_chain_is_one_line_standing_for_every_element():
+    page = ('<div backend_node_id="1"><a backend_node_id="2"><span backend_node_id="3">'
+            '<text backend_node_id="4">Flights</text></span></a><span backend_node_id="5">'
+            '<text backend_node_id="6">Hotels</text></span></div>')
+    snapshot = build_snapshot(page)
+    assert snapshot.text.splitlines()[1] == '[e2] link "Flights"'
+    assert snapshot.element("e2").backend_ids == {"2", "3"}
+    assert snapshot.element("e2").roles >= {"link", "a", "span"}
+    assert snapshot.element("e9") is None and snapshot.element("x1") is None
+
+
+def test_only_cleaned_attributes_are_shown_never_raw_ones():
+    page = ('<div backend_node_id="1" class="secret-class" data_pw_testid_buckeye="uid-123" '
+            'onclick="go()"><input backend_node_id="2" type="checkbox" input_checked="true" '
+            'aria_label="Nonstop" /><input backend_node_id="3" placeholder="Where to?" '
+            'input_value="Paris" /></div>')
+    text = build_snapshot(page).text
+    assert "uid-123" not in text and "secret" not in text and "go()" not in text
+    assert text.splitlines() == ['[e1] checkbox "Nonstop" [checked]',
+                                 '[e2] textbox "Where to?" input_value="Paris"']
+
+
+def test_gold_elements_render_like_any_other(mind2web_generated):
+    """Two pages that differ only in which of two identical elements is the target render the
+    same; every generated gold is listed, on a line of the common shape."""
+    twin = ('<div backend_node_id="1"><span backend_node_id="2"><text backend_node_id="3">Buy'
+            '</text></span><span backend_node_id="4"><text backend_node_id="5">Buy</text></span>'
+            '</div>')
+    lines = _lines(twin)
+    assert lines[1][len("[e2]"):] == lines[2][len("[e3]"):]
+    for path in mind2web_generated.files:
+        if path.suffix != ".json":
+            continue
+        for task in json.loads(path.read_text()):
+            for step, action in enumerate(task["actions"]):
+                snapshot = build_snapshot(action["cleaned_html"])
+                gold = GoldStep(action["operation"]["op"], action["operation"]["value"],
+                                frozenset(c["backend_node_id"] for c in action["pos_candidates"]),
+                                task["action_reprs"][step])
+                assert expected_refs(gold, snapshot), (task["annotation_id"], step)
+                assert all(LINE.match(line) for line in snapshot.text.splitlines())
+
+
+def _big_page(n: int) -> str:
+    parts, made = [], 0
+    while made < n:
+        items = "".join(f'<li backend_node_id="{made + i}"><a backend_node_id="a{made + i}">'
+                        f'<text backend_node_id="t{made + i}">item {made + i}</text></a>'
+                        f'<svg backend_node_id="s{made + i}" /></li>' for i in range(40))
+        parts.append(f'<div backend_node_id="d{made}"><ul backend_node_id="u{made}">{items}'
+                     f'</ul></div>')
+        made += 40 * 3 + 2
+    return f'<html backend_node_id="h"><body backend_node_id="b">{"".join(parts)}</body></html>'
+
+
+def test_a_5000_element_page_is_fast():
+    page = _big_page(5000)
+    assert page.count("backend_node_id") >= 5000
+    best = float("inf")
+    for _ in range(3):
+        start = time.process_time()
+        snapshot = build_snapshot(page)
+        best = min(best, time.process_time() - start)
+    assert len(snapshot.entries) > 3000
+    assert best < 0.5, f"{best * 1000:.0f} ms (target <= 50 ms on an idle core)"

@@ -1,0 +1,139 @@
+"""Mind2Web preparation: the official layout (train files + test zip) to prompt JSONL splits."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from env.mind2web.generate import GenerateSpec, generate
+from env.mind2web.prepare import SPLITS, MissingDataError, main, prepare
+from env.mind2web.testzip import PASSWORD_ENV, ZipPasswordError
+
+ROOT = Path(__file__).resolve().parents[2]
+METADATA_KEYS = {"annotation_id", "website", "domain", "subdomain", "task_type", "source_file",
+                 "task_index", "n_steps", "split"}
+PEAK_RSS = """
+import resource, sys
+from env.mind2web.prepare import prepare
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+prepare(sys.argv[1], sys.argv[2])
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(before * 1024, after * 1024)
+"""
+
+
+def read_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def outputs(prepared_dir: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_mtime_ns for p in sorted(prepared_dir.iterdir())}
+
+
+@pytest.fixture
+def fresh_root(mind2web_generated, tmp_path) -> Path:
+    return Path(shutil.copytree(mind2web_generated.root, tmp_path / "root"))
+
+
+def test_rows_and_splits(mind2web_prepared, mind2web_generated):
+    splits = {name: read_rows(mind2web_prepared.prepared_dir / f"{name}.jsonl")
+              for name in (*SPLITS, "all")}
+    assert {s: len(splits[s]) for s in SPLITS} == mind2web_generated.counts
+    assert splits["all"] == [row for s in SPLITS for row in splits[s]]
+    for split in SPLITS:
+        for row in splits[split]:
+            assert set(row) == {"id", "question", "prompt", "metadata"}
+            meta = row["metadata"]
+            assert set(meta) == METADATA_KEYS and meta["split"] == split
+            assert row["id"] == meta["annotation_id"] and row["prompt"] == row["question"]
+            assert meta["task_type"] == f"{meta['domain']}/{meta['subdomain']}"
+            assert meta["source_file"].startswith(f"data/{split}/")
+
+
+def test_rows_point_at_their_task(mind2web_prepared):
+    for row in read_rows(mind2web_prepared.prepared_dir / "all.jsonl"):
+        meta = row["metadata"]
+        tasks = json.loads((mind2web_prepared.root / meta["source_file"]).read_text())
+        task = tasks[meta["task_index"]]
+        assert task["annotation_id"] == row["id"]
+        assert task["confirmed_task"] == row["question"]
+        assert len(task["actions"]) == meta["n_steps"]
+        assert (task["website"], task["domain"]) == (meta["website"], meta["domain"])
+
+
+def test_second_run_does_nothing_and_a_changed_input_reruns(fresh_root, tmp_path,
+                                                             mind2web_spec):
+    prepared = tmp_path / "prepared"
+    prepare(fresh_root, prepared, password=mind2web_spec.password)
+    first = outputs(prepared)
+    extracted = {p: p.stat().st_mtime_ns for p in (fresh_root / "data").rglob("test_*/*.json")}
+    prepare(fresh_root, prepared, password=None)  # extracted already: no password needed
+    assert outputs(prepared) == first
+    assert {p: p.stat().st_mtime_ns for p in extracted} == extracted
+    train_file = next((fresh_root / "data" / "train").glob("*.json"))
+    train_file.write_text(train_file.read_text()[:-1] + "]")  # same tasks, new mtime
+    prepare(fresh_root, prepared)
+    assert outputs(prepared)["train.jsonl"] != first["train.jsonl"]
+    assert not [p for p in prepared.iterdir() if ".tmp" in p.name]
+
+
+def test_wrong_or_missing_password_says_what_to_do(fresh_root, tmp_path):
+    with pytest.raises(ZipPasswordError, match=f"wrong password.*{PASSWORD_ENV}"):
+        prepare(fresh_root, tmp_path / "prepared", password="not-it")
+    with pytest.raises(ZipPasswordError, match=f"password-protected: set {PASSWORD_ENV}"):
+        prepare(fresh_root, tmp_path / "prepared", password=None)
+    assert not list((fresh_root / "data").glob("test_*"))
+    assert not (tmp_path / "prepared").exists()
+
+
+def test_missing_data_says_where_to_get_it(tmp_path):
+    with pytest.raises(MissingDataError, match="osunlp/Mind2Web.*\n.*--generate"):
+        prepare(tmp_path / "nothing", tmp_path / "prepared")
+
+
+def test_cli_reads_the_config_data_root(fresh_root, tmp_path, monkeypatch, mind2web_spec):
+    config = tmp_path / "web.yaml"
+    prepared = tmp_path / "prepared"
+    config.write_text(f"mind2web:\n  data_root: {fresh_root}\n  prepared_dir: {prepared}\n")
+    monkeypatch.delenv("MIND2WEB_DATA", raising=False)
+    monkeypatch.delenv(PASSWORD_ENV, raising=False)
+    with pytest.raises(SystemExit, match=f"error: .*{PASSWORD_ENV}"):
+        main(["--config", str(config)])
+    monkeypatch.setenv(PASSWORD_ENV, mind2web_spec.password)
+    main(["--config", str(config)])
+    assert len(read_rows(prepared / "all.jsonl")) == mind2web_spec.tasks
+    with pytest.raises(SystemExit, match="error: no Mind2Web task files"):
+        main(["--config", str(config), "--data-root", str(tmp_path / "nothing")])
+
+
+def peak_rss(data_root: Path, prepared_dir: Path) -> tuple[int, int]:
+    """(peak RSS after imports, peak RSS after prepare) of a fresh process, in bytes."""
+    done = subprocess.run([sys.executable, "-c", PEAK_RSS, str(data_root), str(prepared_dir)],
+                          cwd=ROOT, capture_output=True, text=True, check=True)
+    before, after = done.stdout.split()
+    return int(before), int(after)
+
+
+def test_memory_stays_bounded_on_a_large_file(tmp_path):
+    data = generate(tmp_path / "big", GenerateSpec(tasks=50, distractors=250, tasks_per_file=50,
+                                                   splits=("train",)))
+    size = data.files[0].stat().st_size
+    assert size > 15e6
+    before, after = peak_rss(data.root, tmp_path / "prepared")
+    assert after - before < size / 3, (before, after, size)
+    assert len(read_rows(tmp_path / "prepared" / "train.jsonl")) == 50
+
+
+@pytest.mark.slow
+def test_memory_under_500_mb_on_a_500_mb_split(tmp_path):
+    data = generate(tmp_path / "huge", GenerateSpec(tasks=1400, distractors=250,
+                                                    tasks_per_file=1400, splits=("train",)))
+    size = data.files[0].stat().st_size
+    assert size >= 500e6
+    _, after = peak_rss(data.root, tmp_path / "prepared")
+    assert after < 500e6, after
