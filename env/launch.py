@@ -182,7 +182,8 @@ def start_server(cmd: list[str], health_url: str, log_path: str | Path,
     except LaunchError as err:
         stop_process(proc)
         raise LaunchError(f"{err}; see {log_path}") from None
-    logger.info("started pid %d (%s), healthy at %s", proc.pid, " ".join(cmd), health_url)
+    shown = cmd[:cmd.index("--config-json")] if "--config-json" in cmd else cmd
+    logger.info("started pid %d (%s), healthy at %s", proc.pid, " ".join(shown), health_url)
     return proc
 
 

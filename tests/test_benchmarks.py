@@ -56,6 +56,12 @@ RUNS = (
             script=True),
     TinyRun("alfworld_env", ("--mode", "open", "--data-root", DATA),
             (r"open: 4 episodes open at once .* MB per live episode",), script=True),
+    TinyRun("mind2web_env", (),
+            (rf"ratio http/plain at 4 clients, ~\d+ elements: step p50 {RATIO}, throughput "
+             rf"{RATIO}", r"gold replay: (\d+)/\1 episodes won",
+             r"client mistakes: \d+ requests, 0 answered >= 500, 0 not as expected",
+             r"(PASS|MISS) cold snapshot build p50", r"(PASS|MISS) prepare peak RSS",
+             r"(PASS|MISS) first reset peak RSS growth")),
     TinyRun("retrieval", (),
             (rf"batched \(64\) vs single throughput .* = {RATIO}",
              rf"cache build vs bare SentenceTransformer.encode .* = {RATIO}",

@@ -1,25 +1,31 @@
-"""The fidelity table (docs/fidelity.md) cannot drift from the paper profiles and the train script.
+"""The fidelity table (docs/fidelity.md) cannot drift from the paper profiles and the train scripts.
 
 Every table row whose "Checked at" cell names a place is checked here: `<profile>.yaml <key.path>`
-(the loaded, validated config), `train_alfworld.sh <VAR>` (the script's `${VAR:-default}`) or
-`train_alfworld.sh --flag` (the literal value after the flag in the script). The row's "Ours" cell
-must equal that value, and a row whose "Reference" differs from "Ours" (an "Ours" cell that
-starts with "same" matches) must say why in its note (a note starting with "Deviation").
+(the loaded, validated config), `<script> <VAR>` (a `${VAR:-default}` of the script or of the
+shared launch it sources) or `<script> --flag` (the value slime's parser gets from the script run
+with its default config: `launcher_args` of tests/slime/slime_fixtures.py), for the scripts
+train_alfworld.sh and train_web.sh. The row's "Ours" cell must equal that value, and a row whose
+"Reference" differs from "Ours" (an "Ours" cell that starts with "same" matches) must say why in
+its note (a note starting with "Deviation").
 """
 
 from __future__ import annotations
 
 import re
+from argparse import Namespace
+from functools import cache
 from pathlib import Path
 
 import pytest
 import yaml
 
 from evolving_rl.config import load_config
+from tests.slime.slime_fixtures import launch_text, launcher_args, script_defaults
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "docs" / "fidelity.md"
-SCRIPTS = {"train_alfworld.sh": ROOT / "scripts" / "alfworld" / "train_alfworld.sh"}
+SCRIPTS = {"train_alfworld.sh": ROOT / "scripts" / "alfworld" / "train_alfworld.sh",
+           "train_web.sh": ROOT / "scripts" / "web" / "train_web.sh"}
 PROFILES = {"alfworld.yaml": ROOT / "configs" / "alfworld.yaml",
             "web.yaml": ROOT / "configs" / "web.yaml"}
 COLUMNS = ("setting", "reference", "ours", "checked_at", "note")
@@ -50,14 +56,17 @@ def checked_rows() -> list[dict[str, str]]:
     return [row for row in table_rows() if row["checked_at"].startswith("`")]
 
 
+@cache
+def _launched(script: str) -> Namespace:
+    return launcher_args(SCRIPTS[script])
+
+
 def _script_value(script: str, name: str) -> object:
-    text = SCRIPTS[script].read_text(encoding="utf-8")
     if name.startswith("--"):
-        match = re.search(rf"(?<![\w-]){re.escape(name)}\s+\"?([^\s\")]+)", text)
-    else:
-        match = re.search(rf'\b{name}="\$\{{{name}:-([^}}]*)\}}"', text)
-    assert match is not None, f"{name} not found in {script}"
-    return yaml.safe_load(match.group(1))
+        return getattr(_launched(script), name[2:].replace("-", "_"))
+    defaults = script_defaults(launch_text(SCRIPTS[script]))
+    assert name in defaults, f"{name} not found in {script}"
+    return yaml.safe_load(defaults[name])
 
 
 def actual_value(place: str) -> object:
@@ -73,7 +82,7 @@ def actual_value(place: str) -> object:
 
 def test_the_table_has_checked_rows_for_both_profiles_and_the_script():
     places = {_cell_value(row["checked_at"]).split(" ")[0] for row in checked_rows()}
-    assert places == {"alfworld.yaml", "web.yaml", "train_alfworld.sh"}
+    assert places == {"alfworld.yaml", "web.yaml", *SCRIPTS}
 
 
 @pytest.mark.parametrize("row", checked_rows(), ids=lambda row: row["checked_at"].strip("`"))

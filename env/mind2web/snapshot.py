@@ -38,7 +38,10 @@ INTERACTIVE = frozenset({"button", "checkbox", "combobox", "link", "listbox", "m
 NAME_ATTRS = ("aria_label", "alt", "title", "placeholder")
 SHOWN_ATTRS = ("type", "placeholder", "value", "input_value")
 PLAIN_TYPES = frozenset({"text", "button", "submit"})
-_TOKEN = re.compile(r"<text\b[^>]*>([^<]*)</text>|<(/?)([A-Za-z][\w:.-]*)([^>]*)>"
+# The cleaned DOM writes each element's backend id first; the tokenizer takes it, so most tags
+# need no attribute parse.
+_TOKEN = re.compile(r"<text\b[^>]*>([^<]*)</text>|<(/?)([A-Za-z][\w:.-]*)"
+                    r"(?:\s+backend_node_id=\"([^\">]+)\")?([^>]*)>"
                     r"|<!--.*?-->|<![^>]*>|([^<]+)", re.S)
 _ATTR_DQ = re.compile(r'([^\s=/>]+)="([^"]*)"')  # the cleaned DOM's own spelling: fast path
 _ATTR = re.compile(r"""([^\s=/>]+)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+)))?""")
@@ -81,34 +84,42 @@ def _attrs(raw: str) -> dict[str, str]:
     return dict(pairs)
 
 
+def _tag_attrs(node_id: str, raw: str) -> dict[str, str]:
+    """The attributes of a tag whose leading backend id (if any) the tokenizer split off."""
+    attrs = _attrs(raw) if "=" in raw else {}
+    return {"backend_node_id": _unescape(node_id), **attrs} if node_id else attrs
+
+
 def parse(page: str) -> _Node:
     """The element tree of `page` under a synthetic `#document` root."""
     root = _Node("#document", {})
     stack = [root]
-    for text_node, closing, tag, raw_attrs, data in _TOKEN.findall(page):
-        if text_node or data:
-            if not (text_node or data).isspace():
-                stack[-1].text.append(_unescape(text_node or data))
-        elif not tag:
+    for text_node, closing, tag, node_id, raw_attrs, data in _TOKEN.findall(page):
+        if not tag:  # text, or a comment / doctype (neither)
+            text = text_node or data
+            if text and not text.isspace():
+                stack[-1].text.append(_unescape(text))
             continue
-        elif closing:
-            tag = tag.lower()
+        tag = tag.lower()
+        if closing:
+            if stack[-1].tag == tag and len(stack) > 1:  # the well-nested common case
+                stack.pop()
+                continue
             for depth in range(len(stack) - 1, 0, -1):
                 if stack[depth].tag == tag:
                     del stack[depth:]
                     break
-        else:
-            self_closed = raw_attrs.endswith("/")
-            tag = tag.lower()
-            if tag == "text":  # an open text node: its content is its parent's text
-                if not self_closed:
-                    stack.append(_Node("text", {}))
-                    stack[-1].text = stack[-2].text
-                continue
-            node = _Node(tag, _attrs(raw_attrs) if "=" in raw_attrs else {})
-            stack[-1].children.append(node)
-            if not self_closed and tag not in VOID_TAGS:
-                stack.append(node)
+            continue
+        self_closed = raw_attrs.endswith("/")
+        if tag == "text":  # an open text node: its content is its parent's text
+            if not self_closed:
+                stack.append(_Node("text", {}))
+                stack[-1].text = stack[-2].text
+            continue
+        node = _Node(tag, _tag_attrs(node_id, raw_attrs))
+        stack[-1].children.append(node)
+        if not self_closed and tag not in VOID_TAGS:
+            stack.append(node)
     return root
 
 

@@ -6,172 +6,36 @@
 # Schedule as the reference's scripts/alfworld/train_alfworld.sh: 150 rollouts, a checkpoint and
 # an evaluation every 25.
 #
-# slime flags that matter beyond the obvious (the hooks' check_slime_args refuses them otherwise):
-#   --num-steps-per-rollout 1     global batch = 16 rollouts: one optimiser step per rollout in
-#                                 slime's LR schedule and step counter, as our convert hook trains
-#   --use-dynamic-batch-size      the sample count varies per rollout; static micro-batches fail
-#                                 when it is not a multiple of their layout (e.g. 11 samples, DP 2)
-#   --entropy-coef 1              a switch only: slime detaches the entropy when it is 0, which
-#                                 would silently drop our per-role entropy terms (extractor -0.03);
-#                                 with our custom loss slime uses the value for nothing else
-#   --eval-temperature 0 ...      slime's own eval defaults, greedy as the reference's; our eval
-#                                 protocol samples with the config's sampling.eval_* settings
-# No --rollout-max-response-len: the pipeline sends each role's max_new_tokens from our config;
-# slime reads that flag only in its own generate function, eval defaults and optional metrics.
-#
-# Starts, in order: the ALFWorld env servers and the retrieval server (our launchers, PID files),
-# a Ray head, then `ray job submit` of slime's train.py with our hooks; waits for the job. On exit
-# or Ctrl-C it stops exactly what it started: the Ray job it submitted, the Ray head it started
-# (`ray start --head` fails when one already runs, so never someone else's), and the servers via
-# their launchers' PID files. Nothing is killed by name.
+# The launch itself (prerequisite checks, the env and retrieval servers, a Ray head, slime's
+# train.py with our hooks, stopping exactly what it started, the slime flags that matter) is
+# scripts/lib/slime_launch.sh, shared with scripts/web/train_web.sh; its header lists the
+# overrides common to both.
 #
 # Prerequisites: the slime Docker image (slimerl/slime) or an equivalent environment with this
 # project installed; `git submodule update --init slime`; the prompt JSONL from
-# scripts/alfworld/prepare_data.sh; the HF model in $MODEL_DIR and its torch_dist conversion in
-# $REF_DIR (scripts/models/convert_hf_to_torch_dist.sh).
+# scripts/alfworld/prepare_data.sh; the retrieval cache from scripts/alfworld/build_cache.sh; the
+# HF model in $MODEL_DIR and its torch_dist conversion in $REF_DIR
+# (scripts/models/convert_hf_to_torch_dist.sh).
 #
-# Environment overrides (defaults in brackets):
-#   CONFIG [configs/alfworld.yaml]  SLIME_DIR [<repo>/slime]  MEGATRON_DIR [/root/Megatron-LM]
-#   MODEL_DIR [<repo>/models/Qwen2.5-7B-Instruct]  REF_DIR [$MODEL_DIR_torch_dist]
-#   MODEL_ARGS_NAME [qwen2.5-7B] (slime's scripts/models/<name>.sh)  RUN_DIR [<repo>/runs/alfworld]
-#   SAVE_DIR [$RUN_DIR/checkpoints]  PREPARED_DIR [<repo>/data/alfworld/prepared]
-#   TRAIN_SPLIT [train_seen]  EVAL_SPLITS ["valid_unseen valid_seen"]  EVAL_INTERVAL [25]
-#   NUM_GPUS [8]  TP_SIZE [2]  ROLLOUT_GPUS_PER_ENGINE [$TP_SIZE]  PROMPTS_PER_ROLLOUT [16]
-#   NUM_ROLLOUT [150]  SAVE_INTERVAL [25]  MAX_TOKENS_PER_GPU [20480]  SGLANG_MEM_FRACTION [0.7]
-#   RAY_PORT [6379]  RAY_DASHBOARD_PORT [8265]  PYTHON [python3]
+# Environment overrides of this run (defaults in brackets):
+#   CONFIG [configs/alfworld.yaml]  RUN_DIR [<repo>/runs/alfworld]
+#   PREPARED_DIR [<repo>/data/alfworld/prepared]  TRAIN_SPLIT [train_seen]
+#   EVAL_SPLITS ["valid_unseen valid_seen"]  EVAL_INTERVAL [25]  NUM_ROLLOUT [150]
+#   SAVE_INTERVAL [25]
 # Extra arguments are appended to slime's train.py command line.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-CONFIG="$(realpath "${CONFIG:-$ROOT/configs/alfworld.yaml}")"
-SLIME_DIR="$(realpath "${SLIME_DIR:-$ROOT/slime}")"
-MEGATRON_DIR="${MEGATRON_DIR:-/root/Megatron-LM}"
-MODEL_DIR="${MODEL_DIR:-$ROOT/models/Qwen2.5-7B-Instruct}"
-REF_DIR="${REF_DIR:-${MODEL_DIR}_torch_dist}"
-MODEL_ARGS_NAME="${MODEL_ARGS_NAME:-qwen2.5-7B}"
+CONFIG="$(realpath -m "${CONFIG:-$ROOT/configs/alfworld.yaml}")"
+ENV_LAUNCH=env.alfworld.launch
+RUN_NAME=alfworld
 RUN_DIR="${RUN_DIR:-$ROOT/runs/alfworld}"
-SAVE_DIR="${SAVE_DIR:-$RUN_DIR/checkpoints}"
 PREPARED_DIR="${PREPARED_DIR:-$ROOT/data/alfworld/prepared}"
 TRAIN_SPLIT="${TRAIN_SPLIT:-train_seen}"
 EVAL_SPLITS="${EVAL_SPLITS:-valid_unseen valid_seen}"
 EVAL_INTERVAL="${EVAL_INTERVAL:-25}"
-NUM_GPUS="${NUM_GPUS:-8}"
-TP_SIZE="${TP_SIZE:-2}"
-ROLLOUT_GPUS_PER_ENGINE="${ROLLOUT_GPUS_PER_ENGINE:-$TP_SIZE}"
-PROMPTS_PER_ROLLOUT="${PROMPTS_PER_ROLLOUT:-16}"
 NUM_ROLLOUT="${NUM_ROLLOUT:-150}"
 SAVE_INTERVAL="${SAVE_INTERVAL:-25}"
-MAX_TOKENS_PER_GPU="${MAX_TOKENS_PER_GPU:-20480}"
-SGLANG_MEM_FRACTION="${SGLANG_MEM_FRACTION:-0.7}"
-RAY_PORT="${RAY_PORT:-6379}"
-RAY_DASHBOARD_PORT="${RAY_DASHBOARD_PORT:-8265}"
-PYTHON="${PYTHON:-python3}"
-HOOKS=evolving_rl.slime_hooks
 
-die() { echo "train_alfworld.sh: $*" >&2; exit 2; }
-for path in "$SLIME_DIR/train.py" "$SLIME_DIR/scripts/models/$MODEL_ARGS_NAME.sh" \
-            "$MODEL_DIR" "$REF_DIR" "$PREPARED_DIR/$TRAIN_SPLIT.jsonl"; do
-    [ -e "$path" ] || die "missing $path (see the prerequisites at the top of this script)"
-done
-EVAL_DATA=()
-for split in $EVAL_SPLITS; do
-    [ -e "$PREPARED_DIR/$split.jsonl" ] || die "missing $PREPARED_DIR/$split.jsonl"
-    EVAL_DATA+=("$split" "$PREPARED_DIR/$split.jsonl")
-done
-mkdir -p "$RUN_DIR"
-export PYTHONPATH="$ROOT:$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1
-
-# --- cleanup: only what this script started, newest first -----------------------------------
-ENV_STARTED=0 RETRIEVAL_STARTED=0 RAY_STARTED=0 JOB_ID="" SUBMIT_PID=""
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    if [ -n "$JOB_ID" ]; then
-        ray job stop --address "http://127.0.0.1:$RAY_DASHBOARD_PORT" "$JOB_ID" >/dev/null 2>&1 || true
-    fi
-    if [ -n "$SUBMIT_PID" ] && kill -0 "$SUBMIT_PID" 2>/dev/null; then
-        kill "$SUBMIT_PID" 2>/dev/null || true
-    fi
-    [ "$RAY_STARTED" = 1 ] && { ray stop || echo "ray stop failed" >&2; }
-    [ "$RETRIEVAL_STARTED" = 1 ] && { "$PYTHON" -m env.retrieval.launcher stop --config "$CONFIG" \
-        || echo "retrieval server stop failed" >&2; }
-    [ "$ENV_STARTED" = 1 ] && { "$PYTHON" -m env.alfworld.launch stop --config "$CONFIG" \
-        || echo "ALFWorld env server stop failed" >&2; }
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# --- servers and Ray ------------------------------------------------------------------------
-"$PYTHON" -m env.alfworld.launch start --config "$CONFIG"
-ENV_STARTED=1
-"$PYTHON" -m env.retrieval.launcher start --config "$CONFIG"
-RETRIEVAL_STARTED=1
-ray start --head --port "$RAY_PORT" --num-gpus "$NUM_GPUS" --disable-usage-stats \
-    --dashboard-host 127.0.0.1 --dashboard-port "$RAY_DASHBOARD_PORT"
-RAY_STARTED=1
-
-# --- slime arguments ------------------------------------------------------------------------
-# Our options travel in one YAML key (slime ignores unknown flags; the hooks validate it).
-CUSTOM_CONFIG="$RUN_DIR/slime_custom_config.yaml"
-"$PYTHON" -c 'import json, sys; print(json.dumps({"evolving_rl_config": sys.argv[1]}))' \
-    "$CONFIG" > "$CUSTOM_CONFIG"
-# shellcheck source=/dev/null
-source "$SLIME_DIR/scripts/models/$MODEL_ARGS_NAME.sh"  # defines MODEL_ARGS
-
-CLUSTER_ARGS=(--actor-num-nodes 1 --actor-num-gpus-per-node "$NUM_GPUS" --colocate)
-CKPT_ARGS=(--hf-checkpoint "$MODEL_DIR" --ref-load "$REF_DIR" --load "$SAVE_DIR"
-           --save "$SAVE_DIR" --save-interval "$SAVE_INTERVAL")
-HOOK_ARGS=(
-    --rollout-function-path "$HOOKS.generate_rollout"
-    --custom-convert-samples-to-train-data-path "$HOOKS.convert_samples_to_train_data"
-    --custom-reward-post-process-path "$HOOKS.post_process_rewards"
-    --custom-rollout-log-function-path "$HOOKS.log_rollout"
-    --custom-eval-rollout-log-function-path "$HOOKS.log_eval_rollout"
-    --loss-type custom_loss --custom-loss-function-path "$HOOKS.policy_loss"
-    --custom-config-path "$CUSTOM_CONFIG"
-)
-# slime samples at one top-p and, below 1, replays each token's nucleus in the loss; it must be
-# our config's sampling.solver.top_p (= extractor's; the hooks check both).
-ROLLOUT_TOP_P="$("$PYTHON" -c 'import sys; from evolving_rl.config import load_config
-print(load_config(sys.argv[1]).sampling.solver.top_p)' "$CONFIG")"
-# One source task per data-source sample; the pipeline expands it into N x (1 + K x R) samples.
-ROLLOUT_ARGS=(--prompt-data "$PREPARED_DIR/$TRAIN_SPLIT.jsonl" --input-key prompt --label-key id
-              --metadata-key metadata --rollout-shuffle --num-rollout "$NUM_ROLLOUT"
-              --rollout-batch-size "$PROMPTS_PER_ROLLOUT" --n-samples-per-prompt 1
-              --num-steps-per-rollout 1 --rollout-temperature 1.0 --rollout-top-p "$ROLLOUT_TOP_P")
-EVAL_ARGS=(--eval-interval "$EVAL_INTERVAL" --eval-prompt-data "${EVAL_DATA[@]}"
-           --eval-temperature 0 --eval-top-p 1.0 --eval-max-response-len 4096)
-# The loss reads clip range and per-role KL/entropy from our config; the hooks refuse values here
-# that disagree with it. --use-kl-loss makes slime compute reference log-probs; --entropy-coef 1
-# only keeps slime's entropy differentiable (see the header).
-LOSS_ARGS=(--advantage-estimator grpo --use-kl-loss --kl-loss-coef 0.01 --kl-loss-type low_var_kl
-           --eps-clip 0.1 --eps-clip-high 0.15 --calculate-per-token-loss --entropy-coef 1)
-OPTIMIZER_ARGS=(--optimizer adam --lr 1e-6 --lr-decay-style constant --weight-decay 0.1
-                --adam-beta1 0.9 --adam-beta2 0.98 --clip-grad 1.0)
-PERF_ARGS=(--tensor-model-parallel-size "$TP_SIZE" --sequence-parallel
-           --pipeline-model-parallel-size 1 --context-parallel-size 1
-           --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
-           --use-dynamic-batch-size --max-tokens-per-gpu "$MAX_TOKENS_PER_GPU")
-SGLANG_ARGS=(--rollout-num-gpus-per-engine "$ROLLOUT_GPUS_PER_ENGINE"
-             --sglang-mem-fraction-static "$SGLANG_MEM_FRACTION")
-MISC_ARGS=(--attention-dropout 0.0 --hidden-dropout 0.0 --accumulate-allreduce-grads-in-fp32
-           --attention-softmax-in-fp32 --attention-backend flash)
-
-RUNTIME_ENV_JSON="$("$PYTHON" -c 'import json, sys
-print(json.dumps({"env_vars": {"PYTHONPATH": sys.argv[1], "CUDA_DEVICE_MAX_CONNECTIONS": "1",
-                               "PYTHONUNBUFFERED": "1"}}))' \
-    "$MEGATRON_DIR:$SLIME_DIR:$ROOT:$ROOT/src")"
-
-# --- the job --------------------------------------------------------------------------------
-JOB_ID="evolving_rl_alfworld_$(date +%Y%m%d_%H%M%S)_$$"
-ray job submit --address "http://127.0.0.1:$RAY_DASHBOARD_PORT" --submission-id "$JOB_ID" \
-    --runtime-env-json "$RUNTIME_ENV_JSON" -- \
-    python3 "$SLIME_DIR/train.py" \
-    "${CLUSTER_ARGS[@]}" "${MODEL_ARGS[@]}" "${CKPT_ARGS[@]}" "${HOOK_ARGS[@]}" \
-    "${ROLLOUT_ARGS[@]}" "${EVAL_ARGS[@]}" "${LOSS_ARGS[@]}" "${OPTIMIZER_ARGS[@]}" \
-    "${PERF_ARGS[@]}" "${SGLANG_ARGS[@]}" "${MISC_ARGS[@]}" "$@" &
-SUBMIT_PID=$!
-wait "$SUBMIT_PID"  # `wait` returns at once on Ctrl-C, so the trap runs promptly
+# shellcheck source=scripts/lib/slime_launch.sh
+source "$ROOT/scripts/lib/slime_launch.sh"

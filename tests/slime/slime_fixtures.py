@@ -10,8 +10,10 @@ otherwise.
 slime's per-token log-probs and entropies are replaced in loss tests by stand-ins that follow
 slime's rule for the entropy gradient: differentiable only when `args.entropy_coef` != 0
 (slime/backends/megatron_utils/loss.py:551, else `mark_non_differentiable`,
-slime/utils/ppo_utils.py:277-278). `launcher_args` is what slime's parser makes of
-scripts/alfworld/train_alfworld.sh.
+slime/utils/ppo_utils.py:277-278). `launcher_args` is what slime's parser makes of a train
+script (scripts/alfworld/train_alfworld.sh by default, or scripts/web/train_web.sh) with its
+default config; `launch_text` is a script with the shared launch it sources
+(scripts/lib/slime_launch.sh).
 """
 
 from __future__ import annotations
@@ -370,14 +372,35 @@ def logits_log_probs_and_entropy(args: Namespace, batch: dict[str, Any], logits:
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_SCRIPT = ROOT / "scripts/alfworld/train_alfworld.sh"
+WEB_TRAIN_SCRIPT = ROOT / "scripts/web/train_web.sh"
+TRAIN_SCRIPTS = (TRAIN_SCRIPT, WEB_TRAIN_SCRIPT)
+LAUNCH_LIB = ROOT / "scripts/lib/slime_launch.sh"
 FLAG = re.compile(r"--[a-z0-9][a-z0-9-]*")
-# slime's parser defaults at the pin (slime/utils/arguments.py) of the flags that our checks and
-# slime's derivations read, for those the script omits; test_train_script checks them there.
+# slime's parser defaults at the pin (slime/utils/arguments.py) of the flags that our checks,
+# slime's derivations and docs/fidelity.md read, for those the scripts omit; test_train_script
+# checks them there.
 SLIME_DEFAULTS = {
     "normalize_advantages": False, "use_opd": False, "kl_coef": 0.0, "use_kl_loss": False,
     "calculate_per_token_loss": False, "entropy_coef": 0.0, "use_dynamic_batch_size": False,
     "global_batch_size": None, "num_steps_per_rollout": None, "eval_function_path": None,
+    "skip_eval_before_train": False,
 }
+
+
+def launch_text(script: Path) -> str:
+    """The shared launch, then the script: what runs, with the script's own defaults last (they
+    are set before the launch is sourced, which keeps them)."""
+    text = script.read_text()
+    if 'source "$ROOT/scripts/lib/slime_launch.sh"' in text:
+        text = LAUNCH_LIB.read_text() + "\n" + text
+    return text
+
+
+def default_config(script: Path) -> Path:
+    """The config a train script uses when $CONFIG is not set."""
+    match = re.search(r'\$\{CONFIG:-\$ROOT/([^}]+)\}', script.read_text())
+    assert match is not None, f"{script.name} names no default CONFIG"
+    return ROOT / match.group(1)
 
 
 def script_arrays(text: str) -> dict[str, list[str]]:
@@ -392,6 +415,9 @@ def script_arrays(text: str) -> dict[str, list[str]]:
 def script_defaults(text: str) -> dict[str, str]:
     """The script's `NAME="${NAME:-default}"` overridable defaults."""
     return dict(re.findall(r'^(\w+)="\$\{\1:-([^}]*)\}"', text, flags=re.M))
+
+
+COMPUTED = ("ROLLOUT_TOP_P", "ENTROPY_SWITCH")  # flag values the launch reads from the config
 
 
 def _computed(text: str, name: str, config: Path) -> str:
@@ -434,11 +460,12 @@ def _slime_derivations(args: Namespace) -> Namespace:
     return args
 
 
-def launcher_args(config: Path = ROOT / "configs/alfworld.yaml") -> Namespace:
-    """slime's args from scripts/alfworld/train_alfworld.sh run with `config` (its defaults)."""
-    text = TRAIN_SCRIPT.read_text()
+def launcher_args(script: Path = TRAIN_SCRIPT, config: Path | None = None) -> Namespace:
+    """slime's args from `script` run with `config` (default: the script's own) and its defaults."""
+    text = launch_text(script)
+    config = config or default_config(script)
     values = {**script_defaults(text), "HOOKS": HOOKS_MODULE,
-              "ROLLOUT_TOP_P": _computed(text, "ROLLOUT_TOP_P", config)}
+              **{name: _computed(text, name, config) for name in COMPUTED}}
     args = Namespace(**SLIME_DEFAULTS)
     for tokens in script_arrays(text).values():
         _set_flags(args, tokens, values)

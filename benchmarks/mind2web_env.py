@@ -1,0 +1,437 @@
+"""Mind2Web env server latency, memory and correctness: the real server vs the logic in-process.
+
+On generated data (`env.mind2web.generate`, size knob `distractors`: a page lists about
+distractors + 30 elements). Both sides play the same workload: C client threads replay every
+task's gold actions in train mode (reset, each step, close), warm (one untimed pass first, so
+tasks and snapshots are cached). (a) `plain`: `TaskStore` + `Episode` called directly in this
+process, no HTTP; (b) `http`: the server started by `env.mind2web.launch` on a free loopback port.
+Printed: step p50/p99 and steps/s of each, the ratios (b)/(a), and against the targets
+(the reference's p99 <= 26 ms at ~300 elements and 16 clients; at ~5,000 elements p50 <= 20 ms,
+p99 <= 100 ms with 1 and 16 clients; a cold 5,000-element snapshot build <= 50 ms); that gold
+replay wins every episode; that a battery of client mistakes gets no answer >= 500; the CPU time
+per request of the server process and of the client threads (what bounds latency on few cores).
+`--memory` adds, each in a fresh child process (peak RSS: the kernel's high-water mark VmHWM,
+which unlike `getrusage` does not carry the forking parent's peak over exec): preparing a
+>= 500 MB generated split (target peak < 500 MB) and the first reset on it with no prebuilt
+index (target peak growth < 100 MB); generating that split takes about a minute and a half.
+
+    PYTHONPATH=. .venv/bin/python -m benchmarks.mind2web_env [--memory]
+
+Exit status 1 on a correctness failure, and in full mode on a missed target. `--tiny` (the test
+suite's smoke run): tiny pages and splits, the same code path, memory included; targets printed,
+not enforced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import logging
+import math
+import multiprocessing
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import requests
+
+from benchmarks.cli import parse_with_tiny
+from env.launch import free_port
+from env.mind2web import launch
+from env.mind2web.episodes import Episode, EpisodeTable
+from env.mind2web.generate import GeneratedData, GenerateSpec, generate
+from env.mind2web.prepare import prepare
+from env.mind2web.snapshot import build_snapshot
+from env.mind2web.store import TaskKey, TaskStore
+from env.mind2web.validate import Action, expected_refs
+from evolving_rl.config import Config, parse_config
+
+logger = logging.getLogger("mind2web_env")
+TINY = {"small": 20, "large": 200, "tasks": 3, "large_tasks": 2, "clients": 4, "passes": 1,
+        "memory": True, "memory_mb": 2}
+PAGE_BASE = 30  # elements of a generated page besides its distractors (about)
+MEMORY_DISTRACTORS = 250  # about 0.36 MiB of JSON per task
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    value: float
+    limit: float
+    unit: str
+    below: bool = False  # strictly below the limit (memory) rather than at most
+
+    @property
+    def met(self) -> bool:
+        return self.value < self.limit if self.below else self.value <= self.limit
+
+    def line(self) -> str:
+        sign = "<" if self.below else "<="
+        return (f"{'PASS' if self.met else 'MISS'} {self.name}: {self.value:.1f} {self.unit} "
+                f"(target {sign} {self.limit:g} {self.unit})")
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One generated task: where it is and the gold action of each step."""
+
+    key: TaskKey
+    actions: tuple[Action, ...]
+
+
+@dataclass
+class Tally:
+    """Step latencies, episodes won and errors of one run (appends are atomic under the GIL)."""
+
+    steps: list[float] = field(default_factory=list)
+    episodes: int = 0
+    won: int = 0
+    errors: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def pct(self, q: float) -> float:
+        ordered = sorted(self.steps)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000 if ordered else 0.0
+
+    @property
+    def rate(self) -> float:
+        return len(self.steps) / self.wall_s if self.wall_s else 0.0
+
+
+def task_keys(generated: GeneratedData, spec: GenerateSpec) -> list[TaskKey]:
+    """Every generated task as (file relative to the root, index): files of `tasks_per_file`."""
+    keys = []
+    for number, path in enumerate(generated.files):
+        in_file = min(spec.tasks_per_file, spec.tasks - number * spec.tasks_per_file)
+        rel = path.relative_to(generated.root).as_posix()
+        keys += [TaskKey(rel, index) for index in range(in_file)]
+    return keys
+
+
+def gold_replay(store: TaskStore, key: TaskKey) -> Replay:
+    """The gold path of one task: the first ref `judge` accepts at each step."""
+    steps = store.task(key).steps
+    return Replay(key, tuple(
+        Action(step.gold.op, expected_refs(step.gold, store.snapshot(key, i))[0],
+               step.gold.value) for i, step in enumerate(steps)))
+
+
+def run_clients(n_clients: int, n_episodes: int, play: Callable[[int], None]) -> float:
+    """Run `play(i)` for i < n_episodes on n_clients threads; wall seconds."""
+    counter = itertools.count()
+
+    def client() -> None:
+        while (i := next(counter)) < n_episodes:
+            play(i)
+
+    threads = [threading.Thread(target=client) for _ in range(n_clients)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - start
+
+
+def plain_run(store: TaskStore, replays: list[Replay], clients: int, passes: int) -> Tally:
+    """(a) The server's step logic called directly: Episode.act + view, the app's locking."""
+    table, tally = EpisodeTable(10**6, 3600.0, 1), Tally()
+
+    def play(i: int) -> None:
+        replay = replays[i % len(replays)]
+        episode = Episode(replay.key, "train")
+        episode_id = table.add(episode)
+        view = episode.view(store, episode_id)
+        for action in replay.actions:
+            start = time.perf_counter()
+            with episode.lock:
+                episode.act(store, action)
+                view = episode.view(store, episode_id)
+            tally.steps.append(time.perf_counter() - start)
+        table.pop(episode_id)
+        tally.episodes += 1
+        tally.won += int(view["won"])
+
+    tally.wall_s = run_clients(clients, passes * len(replays), play)
+    return tally
+
+
+def http_run(url: str, replays: list[Replay], clients: int, passes: int) -> Tally:
+    """(b) The same workload through the server, one HTTP session per client thread."""
+    tally, local = Tally(), threading.local()
+
+    def post(path: str, payload: dict) -> dict:
+        local.session = getattr(local, "session", None) or requests.Session()
+        resp = local.session.post(f"{url}{path}", json=payload, timeout=120)
+        if resp.status_code != 200:
+            raise RuntimeError(f"{path} -> {resp.status_code} {resp.text[:200]}")
+        return resp.json()
+
+    def play(i: int) -> None:
+        replay = replays[i % len(replays)]
+        try:
+            view = post("/reset", {"task": {"file": replay.key.file, "index": replay.key.index}})
+            for action in replay.actions:
+                payload = {"episode_id": view["episode_id"], "action": {
+                    "op": action.op, "ref": action.ref, "value": action.value}}
+                start = time.perf_counter()
+                view = post("/step", payload)
+                tally.steps.append(time.perf_counter() - start)
+            post("/close", {"episode_id": view["episode_id"]})
+            tally.episodes += 1
+            tally.won += int(view["won"])
+        except (RuntimeError, requests.RequestException) as err:
+            tally.errors.append(str(err))
+
+    tally.wall_s = run_clients(clients, passes * len(replays), play)
+    return tally
+
+
+def report(name: str, tally: Tally) -> None:
+    logger.info("  %-5s %5d steps %7.1f steps/s  step p50/p99 %7.2f/%7.2f ms  won %d/%d  "
+                "errors %d", name, len(tally.steps), tally.rate, tally.pct(.5), tally.pct(.99),
+                tally.won, tally.episodes, len(tally.errors))
+    for error in tally.errors[:3]:
+        logger.info("    error: %s", error)
+
+
+@dataclass
+class Workbench:
+    """A generated data root, its server and an in-process store over the same files."""
+
+    cfg: Config
+    url: str
+    server: psutil.Process
+    store: TaskStore
+    replays: list[Replay]
+    elements: float
+
+
+def open_bench(base: Path, name: str, distractors: int, tasks: int,
+               started: list[Config]) -> Workbench:
+    """Generate `tasks` tasks of ~`distractors` + 30 elements and start their server (its
+    config appended to `started` at once, for the caller to stop)."""
+    root = base / name
+    spec = GenerateSpec(tasks=tasks, distractors=distractors, splits=("train",),
+                        tasks_per_file=max(1, tasks // 2))
+    generated = generate(root, spec)
+    port = free_port()
+    values = {"data_root": str(root), "port": port, "server_cache_dir": str(base / f"{name}_c"),
+              "log_dir": str(base / f"{name}_logs"), "capacity": 4096,
+              "snapshot_cache_size": 4096, "task_cache_size": 1024}
+    cfg = parse_config({"environment": "mind2web", "mind2web": values})
+    started.append(cfg)
+    server = psutil.Process(launch.start(cfg))
+    store = TaskStore(root, values["server_cache_dir"], 1024, 4096)
+    replays = [gold_replay(store, key) for key in task_keys(generated, spec)]
+    sizes = [len(store.snapshot(r.key, i).entries) for r in replays for i in range(len(r.actions))]
+    return Workbench(cfg, f"http://127.0.0.1:{port}", server, store, replays,
+                     sum(sizes) / len(sizes))
+
+
+def compare(bench: Workbench, clients: int, passes: int, won: list[int]) -> Tally:
+    """Warm both sides, then time both; the ratio lines; the http tally."""
+    logger.info("--- ~%.0f elements per page, %d tasks, %d clients, %d passes", bench.elements,
+                len(bench.replays), clients, passes)
+    http_run(bench.url, bench.replays, clients, 1)
+    plain_run(bench.store, bench.replays, clients, 1)
+    cpu = bench.server.cpu_times(), time.process_time()
+    http = http_run(bench.url, bench.replays, clients, passes)
+    server_s = sum(bench.server.cpu_times()[:2]) - sum(cpu[0][:2])
+    client_s = time.process_time() - cpu[1]
+    plain = plain_run(bench.store, bench.replays, clients, passes)
+    report("http", http)
+    requests_made = len(http.steps) + 2 * http.episodes  # steps, resets, closes
+    logger.info("  http CPU per request: server %.2f ms, clients %.2f ms (%d requests in %.1f s "
+                "wall)", 1000 * server_s / requests_made, 1000 * client_s / requests_made,
+                requests_made, http.wall_s)
+    report("plain", plain)
+    logger.info("ratio http/plain at %d clients, ~%.0f elements: step p50 %.2fx, throughput "
+                "%.2fx", clients, bench.elements, http.pct(.5) / max(plain.pct(.5), 1e-6),
+                http.rate / max(plain.rate, 1e-9))
+    won[0] += http.won + plain.won
+    won[1] += len(bench.replays) * passes * 2
+    return http
+
+
+def cold_builds(bench: Workbench) -> float:
+    """Median seconds of building a page's snapshot from its cleaned_html, nothing cached."""
+    pages = [step.cleaned_html for r in bench.replays for step in bench.store.task(r.key).steps]
+    times = []
+    for page in pages:
+        start = time.perf_counter()
+        build_snapshot(page)
+        times.append(time.perf_counter() - start)
+    logger.info("cold snapshot build, %d pages of ~%.0f elements: p50 %.1f ms, max %.1f ms",
+                len(times), bench.elements, sorted(times)[len(times) // 2] * 1000,
+                max(times) * 1000)
+    return sorted(times)[len(times) // 2]
+
+
+MISTAKES: tuple[tuple[str, str, object], ...] = (
+    ("post", "/reset", b"not json"), ("post", "/reset", [1, 2]), ("post", "/reset", {}),
+    ("post", "/reset", {"task": 5}), ("post", "/reset", {"task": "no-such-id"}),
+    ("post", "/reset", {"task": {"file": "../../etc/passwd", "index": 0}}),
+    ("post", "/reset", {"task": {"file": "/etc/passwd", "index": 0}}),
+    ("post", "/reset", {"task": {"file": "data/train/none.json", "index": 0}}),
+    ("post", "/reset", {"task": {"file": "x", "index": -1}}),
+    ("post", "/reset", {"task": {"file": "x", "index": True}}),
+    ("post", "/reset", {"task": "x" * 10_000}), ("post", "/reset", {"task": "", "mode": "x"}),
+    ("post", "/step", {}), ("post", "/step", {"episode_id": 3}),
+    ("post", "/step", {"episode_id": "nope", "action": {"op": "CLICK", "ref": "e1"}}),
+    ("post", "/step", {"episode_id": "nope", "action": "click e1"}),
+    ("post", "/step", {"episode_id": "nope", "action": {"op": "JUMP", "ref": "e1"}}),
+    ("post", "/step", {"episode_id": "nope", "action": {"op": "CLICK", "ref": "x1"}}),
+    ("post", "/step", {"episode_id": "nope", "action": {"op": "TYPE", "ref": "e1",
+                                                        "value": 7}}),
+    ("post", "/step", {"episode_id": "n", "action": {"op": "TYPE", "ref": "e1",
+                                                     "value": "v" * 200_000}}),
+    ("post", "/close", {}), ("post", "/close", {"episode_id": "nope"}),
+    ("get", "/reset", None), ("post", "/health", None), ("get", "/nowhere", None),
+)
+
+
+def mistakes(bench: Workbench) -> tuple[int, int]:
+    """(requests, answers not as expected) of the battery: each a 4xx; then a wrong step ends a
+    train episode (200) and stepping it again is 409."""
+    statuses = []
+    for method, path, body in MISTAKES:
+        kwargs = {"data": body} if isinstance(body, bytes) else {"json": body}
+        resp = requests.request(method, f"{bench.url}{path}", timeout=30, **kwargs)
+        statuses.append(resp.status_code)
+    key = bench.replays[0].key
+    view = requests.post(f"{bench.url}/reset", json={"task": {"file": key.file,
+                                                              "index": key.index}},
+                         timeout=30).json()
+    wrong = {"episode_id": view["episode_id"], "action": {"op": "CLICK", "ref": "e9999999"}}
+    after = [requests.post(f"{bench.url}/step", json=wrong, timeout=30).status_code
+             for _ in range(2)]
+    bad = sum(not 400 <= s < 500 for s in statuses) + (after != [200, 409])
+    statuses += after
+    logger.info("client mistakes: %d requests, %d answered >= 500, %d not as expected "
+                "(statuses %s)", len(statuses), sum(s >= 500 for s in statuses), bad,
+                sorted(set(statuses)))
+    return len(statuses), bad
+
+
+def _peak_kb() -> int:
+    """This process's peak RSS so far, in KiB (Linux /proc)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def _child_prepare(root: str, out: str, queue: multiprocessing.Queue) -> None:
+    before = _peak_kb()
+    prepare(root, out)
+    queue.put((before, _peak_kb()))
+
+
+def _child_first_reset(root: str, cache: str, rel: str, queue: multiprocessing.Queue) -> None:
+    before = _peak_kb()
+    store = TaskStore(root, cache, 256, 1024)
+    episode = Episode(store.locate_file(rel, 0), "train")
+    episode.view(store, EpisodeTable(1, 60.0, 1).add(episode))
+    queue.put((before, _peak_kb()))
+
+
+def in_child(target: Callable, *args: str) -> tuple[float, float]:
+    """(peak RSS MB after start-up, peak RSS MB at the end) of `target` run in a fresh process."""
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    child = context.Process(target=target, args=(*args, queue))
+    child.start()
+    before, after = queue.get(timeout=3600)
+    child.join()
+    return before / 1024, after / 1024
+
+
+def generate_split(root: Path, megabytes: float) -> GeneratedData:
+    """A train split of about `megabytes` MiB, in one file."""
+    tasks = max(1, math.ceil(megabytes * 2.85))
+    return generate(root, GenerateSpec(tasks=tasks, distractors=MEMORY_DISTRACTORS,
+                                       tasks_per_file=tasks, splits=("train",)))
+
+
+def memory_targets(base: Path, args) -> list[Target]:
+    started = time.perf_counter()
+    generated = generate_split(base / "big", args.memory_mb)
+    (split_file,) = generated.files
+    size = split_file.stat().st_size / 2**20
+    logger.info("--- memory: generated a %.0f MiB split in %.0f s", size,
+                time.perf_counter() - started)
+    root = str(generated.root)
+    start_mb, peak_mb = in_child(_child_prepare, root, str(base / "big_prepared"))
+    logger.info("prepare of a %.0f MiB split: peak RSS %.0f MB (%.0f MB after start-up)", size,
+                peak_mb, start_mb)
+    rel = split_file.relative_to(generated.root).as_posix()
+    start_mb, end_mb = in_child(_child_first_reset, root, str(base / "big_cache"), rel)
+    logger.info("first reset on a %.0f MiB split, no prebuilt index: peak RSS %.0f -> %.0f MB "
+                "(growth %.1f MB)", size, start_mb, end_mb, end_mb - start_mb)
+    return [Target(f"prepare peak RSS ({size:.0f} MiB split)", peak_mb, 500, "MB", below=True),
+            Target(f"first reset peak RSS growth ({size:.0f} MiB split)", end_mb - start_mb,
+                   100, "MB", below=True)]
+
+
+def latency_targets(base: Path, args, won: list[int],
+                    started: list[Config]) -> tuple[list[Target], Workbench]:
+    small = open_bench(base, "small", args.small, args.tasks, started)
+    http = compare(small, args.clients, args.passes, won)
+    targets = [Target(f"step p99, ~{small.elements:.0f} elements, {args.clients} clients",
+                      http.pct(.99), 26, "ms")]
+    large = open_bench(base, "large", args.large, args.large_tasks, started)
+    for clients in (1, args.clients):
+        http = compare(large, clients, args.passes, won)
+        label = f"~{large.elements:.0f} elements, {clients} clients"
+        targets += [Target(f"step p50, {label}", http.pct(.5), 20, "ms"),
+                    Target(f"step p99, {label}", http.pct(.99), 100, "ms")]
+    targets.append(Target(f"cold snapshot build p50, ~{large.elements:.0f} elements",
+                          cold_builds(large) * 1000, 50, "ms"))
+    return targets, small
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small", type=int, default=270, help="distractors: ~300 elements")
+    parser.add_argument("--large", type=int, default=4970, help="distractors: ~5,000 elements")
+    parser.add_argument("--tasks", type=int, default=16, help="tasks of the small pages")
+    parser.add_argument("--large-tasks", type=int, default=6, help="tasks of the large pages")
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--passes", type=int, default=10, help="timed passes over the tasks")
+    parser.add_argument("--memory", action="store_true", help="add the memory measurements")
+    parser.add_argument("--memory-mb", type=float, default=520, help="split to prepare")
+    args = parse_with_tiny(parser, argv, TINY)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logger.info("%d CPUs, load average %s", os.cpu_count(), os.getloadavg())
+    won = [0, 0]
+    with tempfile.TemporaryDirectory(prefix="mind2web_bench_") as tmp:
+        base = Path(tmp)
+        started: list[Config] = []
+        try:
+            targets, small = latency_targets(base, args, won, started)
+            sent, bad = mistakes(small)
+        finally:
+            for cfg in started:
+                launch.stop(cfg)
+        logger.info("gold replay: %d/%d episodes won", won[0], won[1])
+        if args.memory:
+            targets += memory_targets(base, args)
+    for target in targets:
+        logger.info("%s", target.line())
+    failed = [t for t in targets if not t.met]
+    correct = won[0] == won[1] and bad == 0 and sent > 0
+    logger.info("targets: %d/%d met; correctness %s", len(targets) - len(failed), len(targets),
+                "ok" if correct else "FAILED")
+    if not correct or (failed and not args.tiny):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
