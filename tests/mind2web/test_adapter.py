@@ -194,6 +194,17 @@ def test_unreadable_reply_is_a_counted_wrong_step(tmp_path):
     assert ctx.env.sent == [NO_ACTION.to_wire()]
 
 
+def test_invalid_action_penalty_costs_only_the_unreadable_steps(tmp_path):
+    replies = iter(["<action>CLICK e6</action>", "no action at all"])
+    ctx = _context(tmp_path, lambda prompt: next(replies), max_steps=2,
+                   adapter=Mind2WebAdapter(mode="eval", invalid_action_penalty=0.2))
+    result = _play(ctx)
+    samples = ctx.adapter.pack(result.trace, result.status, 0.0, Role.SOLVER, "g", {})
+    assert [s.reward for s in samples] == [0.0, pytest.approx(-0.2)]
+    cfg = parse_config({"environment": "mind2web", "rewards": {"invalid_action_penalty": 0.3}})
+    assert make_adapter(cfg).invalid_action_penalty == 0.3
+
+
 def test_eval_mode_is_teacher_forced_and_gives_the_standard_metrics(tmp_path):
     ctx = _context(tmp_path, web_responder(wrong_at=1), adapter=Mind2WebAdapter(mode="eval"))
     result = _play(ctx)

@@ -18,7 +18,9 @@ annotation_id, mode}` and `/step {episode_id, action: {op, ref, value}}` answer 
   `score` is the episode's fraction of the task's steps done correctly (`steps_correct /
   n_steps`): the extractor's downstream score; an episode succeeds when every step was correct.
 - Packing: one training sample per step (its prompt and its one reply), reward 1.0 when that
-  step was correct, `metadata.step_index` set (for `pipeline.solver_grouping: step_index`).
+  step was correct, minus `rewards.invalid_action_penalty` when its reply held no readable
+  action (0 in the paper profile; the CPU profile's shaping for a 135M model),
+  `metadata.step_index` set (for `pipeline.solver_grouping: step_index`).
 - Extractor prompt: the reference web wording (`mind2web_skill_prompt`) or the compact one; the
   trajectory is each step's page snapshot and the model's reply, never gold information (no
   previous gold actions, no per-step verdicts), compressed to `trajectory_chars`: every step gets
@@ -34,7 +36,7 @@ from typing import Any
 from evolving_rl.clients.env import EnvClient
 from evolving_rl.clients.tokenizer import Message
 from evolving_rl.config.schema import Config
-from evolving_rl.core.actions import WebAction, parse_web_action
+from evolving_rl.core.actions import ActionStatus, WebAction, parse_web_action
 from evolving_rl.core.rewards import solver_reward
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import SampleStatus, TrainSample
@@ -175,12 +177,14 @@ class Mind2WebAdapter:
     stop = ("</action>",)
     step_prompts = True
 
-    def __init__(self, mode: str = "train", trajectory_chars: int = 24000) -> None:
+    def __init__(self, mode: str = "train", trajectory_chars: int = 24000,
+                 invalid_action_penalty: float = 0.0) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown Mind2Web mode {mode!r}")
         if trajectory_chars < 1:
             raise ValueError(f"trajectory_chars must be >= 1, got {trajectory_chars}")
         self.mode, self.trajectory_chars = mode, trajectory_chars
+        self.invalid_action_penalty = invalid_action_penalty
 
     def task_from_row(self, row: Mapping[str, Any]) -> TaskSpec:
         metadata = row.get("metadata") or {}
@@ -238,7 +242,9 @@ class Mind2WebAdapter:
             if step.n_generated == 0:
                 continue
             # a step the server never judged (the episode stopped on it) counts as not correct
-            step_reward = None if reward is None else solver_reward(bool(turn.reward))
+            unreadable = float(turn.action_status != ActionStatus.OK)
+            step_reward = None if reward is None else solver_reward(
+                bool(turn.reward), unreadable, self.invalid_action_penalty)
             samples.append(TrainSample(
                 role=role, prompt_ids=list(step.prompt_ids), response_ids=list(step.response_ids),
                 loss_mask=list(step.loss_mask), log_probs=list(step.log_probs),
@@ -258,7 +264,8 @@ def trajectory_budget(cfg: Config) -> int:
 
 def make_mind2web_adapter(cfg: Config, lenient: bool) -> Mind2WebAdapter:
     """The training adapter (`lenient` is unused: the web parser reads both action forms)."""
-    return Mind2WebAdapter(mode="train", trajectory_chars=trajectory_budget(cfg))
+    return Mind2WebAdapter(mode="train", trajectory_chars=trajectory_budget(cfg),
+                           invalid_action_penalty=cfg.rewards.invalid_action_penalty)
 
 
 def mind2web_url(cfg: Config) -> str:
