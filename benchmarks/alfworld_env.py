@@ -34,7 +34,7 @@ from pathlib import Path
 import psutil
 import requests
 
-from benchmarks.cli import parse_with_tiny
+from benchmarks.cli import parse_with_tiny, run_clients
 from env.alfworld import launch
 from env.launch import free_port_block
 from evolving_rl.config import Config, load_config
@@ -71,23 +71,6 @@ def report(name: str, tally: Tally) -> float:
                 pct(tally.resets, .99), pct(tally.steps, .5), pct(tally.steps, .99),
                 len(tally.errors))
     return rate
-
-
-def run_clients(n_clients: int, n_episodes: int, play: Callable[[int], None]) -> float:
-    """Run `play(i)` for i < n_episodes on n_clients threads; wall seconds."""
-    counter = itertools.count()
-
-    def client() -> None:
-        while (i := next(counter)) < n_episodes:
-            play(i)
-
-    threads = [threading.Thread(target=client) for _ in range(n_clients)]
-    start = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return time.perf_counter() - start
 
 
 def plain_run(root: Path, games: list[str], args, n_clients: int) -> Tally:

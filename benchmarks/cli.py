@@ -1,6 +1,7 @@
-"""Command-line plumbing shared by the benchmarks (not a benchmark itself).
+"""Plumbing shared by the benchmarks (not a benchmark itself).
 
-Owns `parse_with_tiny`: every benchmark takes `--tiny`, the test suite's smoke run
+Owns `run_clients` (closed-loop clients on threads, for the server benchmarks) and
+`parse_with_tiny`: every benchmark takes `--tiny`, the test suite's smoke run
 (tests/test_benchmarks.py) — the same code path at the sizes of the benchmark's `TINY` defaults;
 flags given explicitly still win.
 """
@@ -8,7 +9,10 @@ flags given explicitly still win.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+import itertools
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 
@@ -21,3 +25,20 @@ def parse_with_tiny(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
         parser.set_defaults(**tiny)
         args = parser.parse_args(argv)
     return args
+
+
+def run_clients(n_clients: int, n_episodes: int, play: Callable[[int], None]) -> float:
+    """Run `play(i)` for i < n_episodes on n_clients threads; wall seconds."""
+    counter = itertools.count()
+
+    def client() -> None:
+        while (i := next(counter)) < n_episodes:
+            play(i)
+
+    threads = [threading.Thread(target=client) for _ in range(n_clients)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - start

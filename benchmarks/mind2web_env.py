@@ -25,7 +25,6 @@ not enforced.
 from __future__ import annotations
 
 import argparse
-import itertools
 import logging
 import math
 import multiprocessing
@@ -41,7 +40,7 @@ from pathlib import Path
 import psutil
 import requests
 
-from benchmarks.cli import parse_with_tiny
+from benchmarks.cli import parse_with_tiny, run_clients
 from env.launch import free_port
 from env.mind2web import launch
 from env.mind2web.episodes import Episode, EpisodeTable
@@ -120,23 +119,6 @@ def gold_replay(store: TaskStore, key: TaskKey) -> Replay:
     return Replay(key, tuple(
         Action(step.gold.op, expected_refs(step.gold, store.snapshot(key, i))[0],
                step.gold.value) for i, step in enumerate(steps)))
-
-
-def run_clients(n_clients: int, n_episodes: int, play: Callable[[int], None]) -> float:
-    """Run `play(i)` for i < n_episodes on n_clients threads; wall seconds."""
-    counter = itertools.count()
-
-    def client() -> None:
-        while (i := next(counter)) < n_episodes:
-            play(i)
-
-    threads = [threading.Thread(target=client) for _ in range(n_clients)]
-    start = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return time.perf_counter() - start
 
 
 def plain_run(store: TaskStore, replays: list[Replay], clients: int, passes: int) -> Tally:

@@ -22,7 +22,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 from evolving_rl.config import Config, load_config, parse_config, to_dict
@@ -220,3 +220,14 @@ def stop_pid_file(path: str | Path, expect_in_cmdline: str, timeout_s: float = 1
             os.kill(pid, signal.SIGKILL)
     Path(path).unlink(missing_ok=True)
     return True
+
+
+@contextlib.contextmanager
+def serving(cfg: Config, start: Callable[[Config], object],
+            stop: Callable[[Config], object]) -> Iterator[None]:
+    """`start(cfg)` on entry and `stop(cfg)` on any exit: a server for the duration of a block."""
+    start(cfg)
+    try:
+        yield
+    finally:
+        stop(cfg)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 from env.alfworld import launch
 from env.alfworld.gen_task import RoomLimits
 from env.alfworld.generate import DATA_DIR, GeneratorSettings, generate_dataset
 from env.alfworld.prepare import prepare
+from env.launch import serving
 from evolving_rl.config import Config
 
 logger = logging.getLogger(__name__)
@@ -37,11 +37,6 @@ def prepare_data(cfg: Config) -> None:
     logger.info("prepared splits: %s", {k: v["games"] for k, v in manifest["splits"].items()})
 
 
-@contextlib.contextmanager
-def serve(cfg: Config) -> Iterator[None]:
+def serve(cfg: Config) -> contextlib.AbstractContextManager[None]:
     """The ALFWorld router + workers of `cfg` for the duration of the block."""
-    launch.start(cfg)
-    try:
-        yield
-    finally:
-        launch.stop(cfg)
+    return serving(cfg, launch.start, launch.stop)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
+from env.launch import serving
 from env.mind2web import launch
 from env.mind2web.generate import DEFAULT_PASSWORD, GENERATED_MARKER, GenerateSpec, generate
 from env.mind2web.prepare import prepare
@@ -36,11 +36,6 @@ def prepare_data(cfg: Config) -> None:
     logger.info("prepared splits: %s", sorted(manifest["splits"]))
 
 
-@contextlib.contextmanager
-def serve(cfg: Config) -> Iterator[None]:
+def serve(cfg: Config) -> contextlib.AbstractContextManager[None]:
     """The Mind2Web env server of `cfg` for the duration of the block."""
-    launch.start(cfg)
-    try:
-        yield
-    finally:
-        launch.stop(cfg)
+    return serving(cfg, launch.start, launch.stop)
