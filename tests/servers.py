@@ -1,4 +1,5 @@
-"""Test helpers for the real servers: a contract config on free ports, and the ALFWorld launcher."""
+"""Test helpers for the real servers: contract configs on free ports (ALFWorld, Mind2Web) and
+their env servers' launchers."""
 
 from __future__ import annotations
 
@@ -11,6 +12,16 @@ import yaml
 from env.launch import free_port, free_port_block
 
 ROOT = Path(__file__).resolve().parents[1]
+PIPELINE = {"n_skills": 2, "top_k": 2, "n_repeats": 1, "max_turn_tokens": 128,
+            "max_context_tokens": 16384,  # byte tokens
+            "retrieval_split": "train", "max_concurrent_episodes": 8}
+CLIENTS = {"env_timeout_s": 30.0, "retrieval_timeout_s": 30.0, "policy_timeout_s": 30.0,
+           "max_retries": 1, "retry_backoff_s": 0.05}
+
+
+def _retrieval(folder: Path, exclude: range) -> dict:
+    return {"model": "minilm", "cache_path": str(folder / "cache.npz"),
+            "port": free_port(exclude=exclude), "log_dir": str(folder / "retrieval_logs")}
 
 
 def contract_config_file(folder: Path, data: Path) -> Path:
@@ -18,17 +29,12 @@ def contract_config_file(folder: Path, data: Path) -> Path:
     port = free_port_block(3)  # router + 2 workers
     values = {
         "environment": "alfworld",
-        "pipeline": {"n_skills": 2, "top_k": 2, "n_repeats": 1, "max_steps": 4,
-                     "max_turn_tokens": 128, "max_context_tokens": 16384,  # byte tokens
-                     "retrieval_split": "train", "max_concurrent_episodes": 8},
-        "clients": {"env_timeout_s": 30.0, "retrieval_timeout_s": 30.0, "policy_timeout_s": 30.0,
-                    "max_retries": 1, "retry_backoff_s": 0.05},
+        "pipeline": {**PIPELINE, "max_steps": 4},
+        "clients": CLIENTS,
         "alfworld": {"data_root": str(data), "prepared_dir": str(data / "prepared"),
                      "router_port": port, "worker_base_port": port + 1, "n_workers": 2,
                      "capacity_per_worker": 64, "log_dir": str(folder / "alfworld_logs")},
-        "retrieval": {"model": "minilm", "cache_path": str(folder / "cache.npz"),
-                      "port": free_port(exclude=range(port, port + 3)),
-                      "log_dir": str(folder / "retrieval_logs")},
+        "retrieval": _retrieval(folder, range(port, port + 3)),
         "run": {"output_dir": str(folder / "run")},
     }
     path = folder / "contract.yaml"
@@ -36,7 +42,31 @@ def contract_config_file(folder: Path, data: Path) -> Path:
     return path
 
 
+def web_contract_config_file(folder: Path, data_root: Path, prepared_dir: Path) -> Path:
+    """A small Mind2Web pipeline config over the tasks at `data_root`, on free loopback ports."""
+    port = free_port()
+    values = {
+        "environment": "mind2web",
+        "pipeline": {**PIPELINE, "max_steps": 8},
+        "clients": CLIENTS,
+        "mind2web": {"data_root": str(data_root), "prepared_dir": str(prepared_dir),
+                     "port": port, "server_cache_dir": str(folder / "server_cache"),
+                     "threads": 4, "log_dir": str(folder / "mind2web_logs")},
+        "retrieval": _retrieval(folder, range(port, port + 1)),
+        "run": {"output_dir": str(folder / "run")},
+    }
+    path = folder / "web_contract.yaml"
+    path.write_text(yaml.safe_dump(values), encoding="utf-8")
+    return path
+
+
 def alfworld_servers(action: str, config: Path) -> None:
     """Start or stop the ALFWorld router + workers of `config` through their launcher."""
     subprocess.run([sys.executable, "-m", "env.alfworld.launch", action, "--config",
+                    str(config)], check=True, cwd=ROOT, timeout=180)
+
+
+def mind2web_server(action: str, config: Path) -> None:
+    """Start or stop the Mind2Web env server of `config` through its launcher."""
+    subprocess.run([sys.executable, "-m", "env.mind2web.launch", action, "--config",
                     str(config)], check=True, cwd=ROOT, timeout=180)

@@ -11,7 +11,8 @@ module of its own unit):
   3  domains, env             environment adapters (prompts, parsing, packing samples); the
                               ALFWorld and retrieval server processes
   4  pipeline                 the four-stage rollout, its assembly, metrics and evaluation
-  5  local, slime_bridge      the embedded CPU/GPU backend (it starts the env servers); slime glue
+  5  local, slime_bridge,     the embedded CPU/GPU backend (it starts the env servers); slime glue;
+     skills                   the skill-library command (list, search, show, export)
   6  slime_hooks              the entry points slime imports
 
 `evolving_rl/__init__.py` (the version) sits in layer 0. Cycles are checked between modules, so
@@ -31,7 +32,7 @@ LAYERS = (
     {"clients", "retrieval"},
     {"domains", "env"},
     {"pipeline"},
-    {"local", "slime_bridge"},
+    {"local", "slime_bridge", "skills"},
     {"slime_hooks"},
 )
 RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}

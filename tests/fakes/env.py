@@ -69,10 +69,12 @@ class FakeRetrievalClient:
         self.ids = list(ids)
         self.fail = fail
         self.requests: list[tuple[list[SearchQuery], int]] = []
+        self.options: list[dict[str, Any]] = []  # split, order of each request
 
     async def search(self, queries: Sequence[SearchQuery], k: int,
-                     **_: Any) -> list[list[RetrievedTask]]:
+                     **options: Any) -> list[list[RetrievedTask]]:
         self.requests.append((list(queries), k))
+        self.options.append(options)
         if self.fail:
             raise TransportError("fake retrieval: connection refused")
         return [[RetrievedTask(i, i, "toy", 1.0) for i in self.ids

@@ -10,6 +10,7 @@ server returns (ids, log-probs, finish reason) honouring stop strings and `max_n
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import re
@@ -152,3 +153,17 @@ class ScriptedPolicy:
         text = self.responder(self.tokenizer.decode(prompt_ids))
         ids, finish = sample_reply(text, sampling, self.tokenizer)
         return Generation(tuple(ids), tuple(token_log_prob(i) for i in ids), finish)
+
+
+class ActsAtCall:
+    """A `PolicyClient` wrapper that runs `action()` (in a thread) just before its `n`-th call:
+    how contract tests stop or kill an env server mid-rollout."""
+
+    def __init__(self, inner: Any, n: int, action: Callable[[], object]) -> None:
+        self.inner, self.n, self.action, self.calls = inner, n, action, 0
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
+        self.calls += 1
+        if self.calls == self.n:
+            await asyncio.to_thread(self.action)
+        return await self.inner.generate(prompt_ids, sampling)

@@ -28,6 +28,7 @@ from evolving_rl.domains.mind2web import NO_ACTION, Mind2WebAdapter, step_outcom
 from evolving_rl.domains.registry import domain_for
 from evolving_rl.pipeline.context import PipelineContext, TaskCatalog, make_adapter
 from evolving_rl.pipeline.episode import run_episode
+from evolving_rl.pipeline.evaluation import EvalPlan, run_eval
 from evolving_rl.pipeline.rollout import run_training_rollout
 from evolving_rl.pipeline.skill_library import SkillLibrary
 from evolving_rl.pipeline.timing import IOClock
@@ -257,3 +258,32 @@ def test_rollout_rewards_and_both_groupings(tmp_path, grouping):
         assert sample.reward == float(sample.metadata["step_correct"])
     groups = {s.group_id for s in solver}
     assert len(groups) == (2 if grouping == "task" else 2 * 3)
+
+
+def test_eval_protocol_plays_test_tasks_teacher_forced_and_reports_the_standard_metrics(tmp_path):
+    ctx = _context(tmp_path, web_responder(wrong_at=1))
+    plan = EvalPlan(split="test_task", retrieval_split="train")
+    metrics = asyncio.run(run_eval(ctx, _rows()[:2], plan=plan))
+    modes = [episode["mode"] for episode in ctx.env.episodes.values()]
+    # per test task: its plain episode (eval), the retrieved task's source episode (train, as
+    # in training) and the episode with the extracted skill (eval)
+    assert sorted(modes) == ["eval"] * 4 + ["train"] * 2
+    # with the good skill's card every step is gold; without it, wrong from step 1 on, and
+    # teacher forcing plays all three steps: element 1/3, op F1 (1 + .5 + .5)/3, step SR 1/3,
+    # task 0; the first-error action accuracy counts 1 correct of 2 attempted
+    assert metrics["eval/all/with_skill_task_success_rate_mean"] == 1.0
+    assert metrics["eval/all/with_skill_element_accuracy_mean"] == 1.0
+    assert metrics["eval/all/without_skill_element_accuracy_mean"] == pytest.approx(1 / 3)
+    assert metrics["eval/all/without_skill_op_f1_mean"] == pytest.approx(2 / 3)
+    assert metrics["eval/all/without_skill_step_success_rate_mean"] == pytest.approx(1 / 3)
+    assert metrics["eval/all/without_skill_task_success_rate_mean"] == 0.0
+    assert metrics["eval/all/without_skill_first_error_action_accuracy_mean"] == 0.5
+    assert metrics["eval/all/without_skill_success_mean"] == 0.0
+
+
+def test_unreadable_replies_score_no_operation_f1(tmp_path):
+    ctx = _context(tmp_path, lambda prompt: "nothing readable",
+                   adapter=Mind2WebAdapter(mode="eval"))
+    outcomes = step_outcomes(_play(ctx).trace.turns)
+    # NO_ACTION is a CLICK: without the rule the gold CLICK of step 0 would earn F1 1 (fake: .5+)
+    assert [(o.element_correct, o.op_f1) for o in outcomes] == [(False, 0.0)] * 3

@@ -30,6 +30,7 @@ from tests.fakes.env import FakeEnvClient
 from tests.fakes.scripted import (
     GOOD_SKILL,
     SKILLS,
+    ActsAtCall,
     reply_text,
     skill_responder,
     token_log_prob,
@@ -203,21 +204,10 @@ def test_env_server_dying_mid_rollout_is_a_status_not_a_hang(real_servers, tmp_p
     cfg = load_config(config)
     alfworld_servers("start", config)
 
-    class KillsEnvAfter:
-        """Stops the env servers once the policy has been called `n` times."""
-
-        def __init__(self, inner, n: int = 6) -> None:
-            self.inner, self.n, self.calls = inner, n, 0
-
-        async def generate(self, prompt_ids, sampling):
-            self.calls += 1
-            if self.calls == self.n:
-                await asyncio.to_thread(alfworld_servers, "stop", config)
-            return await self.inner.generate(prompt_ids, sampling)
-
     try:
         outcome, _, _ = _run(cfg, skill_responder([json.dumps(GOOD_SKILL)], reply_text),
-                             policy_wrapper=KillsEnvAfter)
+                             policy_wrapper=lambda inner: ActsAtCall(
+                                 inner, 6, lambda: alfworld_servers("stop", config)))
     finally:
         alfworld_servers("stop", config)
     errors = sum(v for k, v in outcome.metrics.items() if k.endswith("/status/env_error"))

@@ -1,5 +1,6 @@
-"""The evaluation protocol with fakes: retrieved task -> greedy skill -> test task with and
-without it, over repeats; and the persisted-library variant (in both skill formats)."""
+"""The evaluation protocols with fakes: retrieved task -> greedy skill -> test task with and
+without it, over repeats; the persisted-library variant (in both skill formats); the retrieval
+settings of each protocol; resuming an interrupted run."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import json
 
 import pytest
 
-from evolving_rl.pipeline.evaluation import run_eval
+from evolving_rl.pipeline.eval_records import CaseStore
+from evolving_rl.pipeline.evaluation import EvalPlan, EvalProtocol, run_eval
 from evolving_rl.pipeline.rollout import run_training_rollout
 from tests.fakes.context import fake_context, small_config, toy_rows
 from tests.fakes.scripted import SKILLS, ScriptedPolicy, skill_responder
@@ -60,3 +62,61 @@ def test_a_library_written_before_skill_formats_reads_back_as_compact(tmp_path):
     train.library.path.write_text("".join(json.dumps(row) + "\n" for row in legacy))
     records = train.library.load()
     assert len(records) == len(rows) and {r.skill_format for r in records} == {"compact"}
+
+
+def _policy(fmt: str = "reference") -> ScriptedPolicy:
+    return ScriptedPolicy(TOK, skill_responder([json.dumps(SKILLS[fmt].good)]))
+
+
+def test_protocols_set_retrieval_as_named(tmp_path):
+    ctx = fake_context(tmp_path, small_config(skill_format="reference"), policy=_policy())
+    rows = toy_rows(3)
+    for protocol in ("reference", "least_similar", "self_inclusion"):
+        plan = EvalPlan(protocol=EvalProtocol(protocol), split="valid_unseen",
+                        retrieval_split="train")
+        metrics = asyncio.run(run_eval(ctx, rows, plan=plan))
+        assert metrics["eval/skill_obtained_rate"] == 1.0
+    queries = [request[0] for request in ctx.retrieval.requests]
+    assert ctx.retrieval.options == [
+        {"split": "train", "order": "most_similar"},
+        {"split": "train", "order": "least_similar"},
+        {"split": "valid_unseen", "order": "most_similar"}]
+    # the test task is excluded, except under self-inclusion
+    assert [q.exclude_ids for q in queries[0]] == [("t0",), ("t1",), ("t2",)]
+    assert all(q.exclude_ids == () for q in queries[2])
+    assert ctx.cfg.pipeline.retrieval_order == "most_similar"  # the caller's config is untouched
+
+
+def test_no_skill_protocol_neither_retrieves_nor_extracts(tmp_path):
+    policy = _policy()
+    ctx = fake_context(tmp_path, small_config(skill_format="reference"), policy=policy)
+    plan = EvalPlan(protocol=EvalProtocol.NO_SKILL, split="valid_unseen")
+    metrics = asyncio.run(run_eval(ctx, toy_rows(3), repeats=2, plan=plan))
+    assert ctx.retrieval.requests == [] and metrics["eval/skill_obtained_rate"] == 0.0
+    assert metrics["eval/all/without_skill_success_mean"] == 0.0
+    assert not any("with_skill" in key for key in metrics)
+    assert policy.calls == 6 * ctx.cfg.pipeline.max_steps  # 3 tasks x 2 repeats, no extraction
+    with pytest.raises(ValueError, match="library"):
+        asyncio.run(run_eval(ctx, toy_rows(1), plan=EvalPlan(protocol=EvalProtocol.LIBRARY)))
+
+
+def test_an_interrupted_run_resumes_to_the_same_report(tmp_path):
+    rows = toy_rows(4)
+
+    def run(store: CaseStore) -> tuple[dict[str, float], int]:
+        policy = _policy()
+        ctx = fake_context(tmp_path, small_config(skill_format="reference"), policy=policy)
+        plan = EvalPlan(split="valid_unseen", store=store, train_types={"type0"})
+        return asyncio.run(run_eval(ctx, rows, repeats=2, plan=plan)), policy.calls
+
+    whole, calls_whole = run(CaseStore(tmp_path / "whole.jsonl"))
+    records = CaseStore(tmp_path / "whole.jsonl").load()
+    assert len(records) == 8
+    partial = CaseStore(tmp_path / "partial.jsonl")
+    partial.append(list(records.values())[:5])  # the run was stopped after 5 cases
+    resumed, calls_resumed = run(partial)
+    assert resumed == whole
+    assert 0 < calls_resumed < calls_whole  # only the 3 missing cases ran
+    assert len(partial.load()) == 8
+    again, calls_again = run(partial)
+    assert again == whole and calls_again == 0

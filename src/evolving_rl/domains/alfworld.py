@@ -170,6 +170,16 @@ class AlfworldAdapter:
                             reward=reward, group_id=group_id, status=status,
                             metadata=metadata, nucleus=trace.nucleus)]
 
+    def for_evaluation(self) -> AlfworldAdapter:
+        return self
+
+    def episode_measures(self, turns: Sequence[Turn]) -> dict[str, Any]:
+        return {}
+
+    def eval_metrics(self, episodes: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+        """None beyond success: an ALFWorld game is won or not."""
+        return {}
+
 
 def make_alfworld_adapter(cfg: Config, lenient: bool) -> AlfworldAdapter:
     return AlfworldAdapter(lenient=lenient, action_format=cfg.alfworld.action_format)

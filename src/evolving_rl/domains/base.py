@@ -163,6 +163,20 @@ class EnvironmentAdapter(Protocol):
         """Training samples of one finished episode (empty when nothing was generated)."""
         ...
 
+    def for_evaluation(self) -> EnvironmentAdapter:
+        """The adapter that plays held-out test tasks (Mind2Web: teacher forced; else `self`)."""
+        ...
+
+    def episode_measures(self, turns: Sequence[Turn]) -> dict[str, Any]:
+        """What `eval_metrics` needs of one test episode, JSON-able (kept in eval records)."""
+        ...
+
+    def eval_metrics(self, episodes: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+        """The environment's own metrics over the `episode_measures` of a split's test episodes,
+        beside the success rate every environment reports (Mind2Web: the standard metrics); may
+        be empty."""
+        ...
+
 
 @dataclass(frozen=True)
 class Domain:

@@ -25,7 +25,10 @@ annotation_id, mode}` and `/step {episode_id, action: {op, ref, value}}` answer 
   trajectory is each step's page snapshot and the model's reply, never gold information (no
   previous gold actions, no per-step verdicts), compressed to `trajectory_chars`: every step gets
   an equal share, replies cut to half of it, snapshots cut by whole lines to the rest.
-- `step_outcomes`: the per-step verdicts of an episode as `core.web_metrics.StepOutcome`s.
+- Evaluation: `for_evaluation` is this adapter in "eval" mode (teacher forced); `eval_metrics`
+  gives the standard metrics of a split's episodes from `step_outcomes` (each judged step as a
+  `core.web_metrics.StepOutcome`; an unreadable reply scores 0) and the reference's first-error
+  action accuracy (`first_error_counts`).
 """
 
 from __future__ import annotations
@@ -41,7 +44,11 @@ from evolving_rl.core.rewards import solver_reward
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import SampleStatus, TrainSample
 from evolving_rl.core.skill import SkillFormat, skill_schema_text
-from evolving_rl.core.web_metrics import StepOutcome
+from evolving_rl.core.web_metrics import (
+    StepOutcome,
+    first_error_action_accuracy,
+    split_metrics,
+)
 from evolving_rl.domains.base import (
     ActionChoice,
     Domain,
@@ -156,14 +163,32 @@ def _trajectory(turns: Sequence[Turn], budget: int) -> str:
 
 
 def step_outcomes(turns: Sequence[Turn]) -> list[StepOutcome]:
-    """The judged steps of an episode (turns the server answered), for `core.web_metrics`."""
+    """The judged steps of an episode (turns the server answered), for `core.web_metrics`.
+
+    A reply without a readable action scores nothing on that step: it was sent as `NO_ACTION`,
+    whose CLICK would otherwise earn the operation F1 of a gold click.
+    """
     outcomes = []
     for turn in turns:
         result = turn.info.get("result")
-        if isinstance(result, dict):
+        if not isinstance(result, dict):
+            continue
+        if turn.action_status != ActionStatus.OK:
+            outcomes.append(StepOutcome(False, 0.0))
+        else:
             outcomes.append(StepOutcome(bool(result.get("element_correct")),
                                         float(result.get("op_f1", 0.0))))
     return outcomes
+
+
+def first_error_counts(turns: Sequence[Turn]) -> tuple[int, int]:
+    """(steps correct, steps attempted) of an episode cut at its first wrong step: what the
+    reference's environment, which stops there, would have counted on a teacher-forced episode
+    (the steps before the first error saw the same pages in both modes)."""
+    verdicts = [bool(turn.info["result"]["correct"]) for turn in turns
+                if isinstance(turn.info.get("result"), dict)]
+    correct = verdicts.index(False) if False in verdicts else len(verdicts)
+    return correct, min(correct + 1, len(verdicts))
 
 
 class Mind2WebAdapter:
@@ -253,6 +278,29 @@ class Mind2WebAdapter:
                           "action_status": turn.action_status},
                 nucleus=step.nucleus))
         return samples
+
+    def for_evaluation(self) -> Mind2WebAdapter:
+        """The same adapter in "eval" mode: every step played along the gold path."""
+        return Mind2WebAdapter(mode="eval", trajectory_chars=self.trajectory_chars,
+                               invalid_action_penalty=self.invalid_action_penalty)
+
+    def episode_measures(self, turns: Sequence[Turn]) -> dict[str, Any]:
+        """Each judged step as [element correct, operation F1], and the first-error counts."""
+        return {"steps": [[o.element_correct, o.op_f1] for o in step_outcomes(turns)],
+                "first_error": list(first_error_counts(turns))}
+
+    def eval_metrics(self, episodes: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+        """The standard metrics (macro over episodes) and the reference's first-error action
+        accuracy, named apart (`core.web_metrics`); needs teacher-forced episodes."""
+        if not episodes:
+            return {}
+        metrics = split_metrics([[StepOutcome(bool(element), float(f1))
+                                  for element, f1 in episode["steps"]]
+                                 for episode in episodes]).as_dict()
+        metrics.pop("n_tasks")
+        metrics["first_error_action_accuracy"] = first_error_action_accuracy(
+            [tuple(episode["first_error"]) for episode in episodes])
+        return metrics
 
 
 def trajectory_budget(cfg: Config) -> int:

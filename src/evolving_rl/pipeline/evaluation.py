@@ -1,49 +1,85 @@
-"""Evaluation protocol (docs/design.md §8), greedy, per test task and repeat:
+"""Evaluation protocols (docs/design.md §8), greedy, per test task and repeat.
 
-  1. retrieve the top-1 task of the training split (never the test task itself);
-  2. play it without a skill and extract one skill from that episode;
-  3. play the test task with that skill and without any skill.
-With `library` given, step 2 is replaced by the best usable skill the library holds for the
-retrieved task (a persisted library built during training), validated again in the format its
-record names and rendered to its card. The report gives success with and
-without the skill, overall and per task type, as mean and population std over the repeats, plus
-how often a usable skill was obtained and how many episodes failed for infrastructure reasons.
+`EvalProtocol`:
+  reference       (the reference's eval) retrieve the top-1 task of the retrieval split (never
+                  the test task itself), play it without a skill, extract one skill from that
+                  episode, then play the test task with that skill and without any skill;
+  no_skill        the test task without a skill only (a baseline model's number);
+  library         as `reference`, but the skill is the best usable one a persisted library
+                  (built during training) holds for the retrieved task, validated again in the
+                  format its record names and rendered to its card;
+  least_similar   as `reference` with the least similar task retrieved (an ablation);
+  self_inclusion  as `reference`, retrieving from the evaluated split itself with the test
+                  task allowed: its top-1 is usually the test task, so the skill comes from an
+                  attempt at the very task (the reference's training-time retrieval did not
+                  exclude the source task; an upper bound, never a headline number).
+Test tasks are played by the adapter's `for_evaluation()` (Mind2Web: teacher forced, for its
+standard metrics); the retrieved task's source episode is played as in training. Each finished
+case becomes a `CaseRecord` (kept in a `CaseStore` when one is given: cases already there are
+not run again) and the numbers come from the records alone (`pipeline.eval_report`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import statistics
-from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import copy
+import dataclasses
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from tqdm import tqdm
+
 from evolving_rl.core.skill import render_skill_card, validate_skill
+from evolving_rl.core.strenum import StrEnum
 from evolving_rl.domains.base import TaskSpec
 from evolving_rl.pipeline.context import PipelineContext
 from evolving_rl.pipeline.episode import EpisodeResult
+from evolving_rl.pipeline.eval_records import ArmRecord, CaseRecord, CaseStore
+from evolving_rl.pipeline.eval_report import summarize
 from evolving_rl.pipeline.extraction import extract_skills
 from evolving_rl.pipeline.rollout import play, retrieve
 from evolving_rl.pipeline.skill_library import SkillLibrary, SkillRecord
 from evolving_rl.pipeline.timing import IOClock
 
 
-@dataclass
-class EvalCase:
-    """One test task in one repeat."""
+class EvalProtocol(StrEnum):
+    """How the skill of a test task is obtained (module docstring)."""
 
-    task: TaskSpec
-    repeat: int
-    skill_card: str | None = None
-    with_skill: EpisodeResult | None = None
-    without_skill: EpisodeResult | None = None
+    REFERENCE = "reference"
+    NO_SKILL = "no_skill"
+    LIBRARY = "library"
+    LEAST_SIMILAR = "least_similar"
+    SELF_INCLUSION = "self_inclusion"
 
-    def result(self, arm: str) -> EpisodeResult | None:
-        """The episode of an arm; without a usable skill both arms are the plain episode."""
-        if arm == "with_skill" and self.skill_card is not None:
-            return self.with_skill
-        return self.without_skill
+
+@dataclasses.dataclass(frozen=True)
+class EvalPlan:
+    """What to evaluate: the protocol, the split's name, where retrieval looks (None: the
+    config's `pipeline.retrieval_split`), the training task types (for the training / held-out
+    breakdown), the persisted library (protocol `library`) and the store of finished cases."""
+
+    protocol: EvalProtocol = EvalProtocol.REFERENCE
+    split: str = ""
+    retrieval_split: str | None = None
+    train_types: Collection[str] | None = None
+    library: SkillLibrary | None = None
+    store: CaseStore | None = None
+    progress: bool = False
+
+
+def protocol_context(ctx: PipelineContext, plan: EvalPlan) -> PipelineContext:
+    """`ctx` with the retrieval settings of the plan's protocol (shares every collaborator)."""
+    pipeline = ctx.cfg.pipeline
+    split = plan.retrieval_split or pipeline.retrieval_split
+    changes: dict[str, Any] = {"retrieval_split": split, "include_source_in_retrieval": False,
+                               "retrieval_order": "most_similar"}
+    if plan.protocol is EvalProtocol.LEAST_SIMILAR:
+        changes["retrieval_order"] = "least_similar"
+    elif plan.protocol is EvalProtocol.SELF_INCLUSION:
+        changes.update(retrieval_split=plan.split, include_source_in_retrieval=True)
+    out = copy.copy(ctx)
+    out.cfg = dataclasses.replace(ctx.cfg, pipeline=dataclasses.replace(pipeline, **changes))
+    return out
 
 
 async def _skill_for(ctx: PipelineContext, clock: IOClock, retrieved: TaskSpec | None,
@@ -67,56 +103,77 @@ async def _skill_for(ctx: PipelineContext, clock: IOClock, retrieved: TaskSpec |
     return extraction.card if extraction.usable else None
 
 
-async def _run_case(ctx: PipelineContext, clock: IOClock, case: EvalCase,
-                    retrieved: TaskSpec | None, library: dict[str, SkillRecord] | None) -> None:
-    solver = ctx.sampling(ctx.cfg.sampling.eval_solver, solver=True)
-    without = asyncio.ensure_future(play(ctx, clock, case.task, None, solver))
-    case.skill_card = await _skill_for(ctx, clock, retrieved, library)
-    if case.skill_card is not None:
-        case.with_skill = await play(ctx, clock, case.task, case.skill_card, solver)
-    case.without_skill = await without
+def _arm(test: PipelineContext, result: EpisodeResult) -> ArmRecord:
+    measures = (test.adapter.episode_measures(result.trace.turns)
+                if result.trace is not None and result.score is not None else {})
+    return ArmRecord(str(result.status), result.score, result.success, result.n_steps, measures)
 
 
-def _rate(results: list[EpisodeResult | None]) -> float | None:
-    scored = [r for r in results if r is not None and r.score is not None]
-    return statistics.fmean(float(r.success) for r in scored) if scored else None
+async def _run_case(source: PipelineContext, test: PipelineContext, clock: IOClock,
+                    plan: EvalPlan, task: TaskSpec, repeat: int, retrieved: TaskSpec | None,
+                    library: dict[str, SkillRecord] | None) -> CaseRecord:
+    solver = test.sampling(test.cfg.sampling.eval_solver, solver=True)
+    without = asyncio.ensure_future(play(test, clock, task, None, solver))
+    card = None
+    if plan.protocol is not EvalProtocol.NO_SKILL:
+        card = await _skill_for(source, clock, retrieved, library)
+    with_skill = await play(test, clock, task, card, solver) if card is not None else None
+    return CaseRecord(
+        protocol=str(plan.protocol), split=plan.split, task_id=task.id, task_type=task.task_type,
+        repeat=repeat, retrieved_id=retrieved.id if retrieved is not None else None,
+        skill_obtained=card is not None, without_skill=_arm(test, await without),
+        with_skill=_arm(test, with_skill) if with_skill is not None else None)
 
 
-def _report(cases: list[EvalCase], repeats: int) -> dict[str, float]:
-    """Success with/without skill per repeat, then mean and std over repeats, per task type."""
-    buckets: dict[str, list[EvalCase]] = defaultdict(list)
-    for case in cases:
-        buckets["all"].append(case)
-        buckets[f"task_type/{case.task.task_type}"].append(case)
-    out: dict[str, float] = {}
-    for name, members in buckets.items():
-        for arm in ("with_skill", "without_skill"):
-            rates = [_rate([c.result(arm) for c in members if c.repeat == r])
-                     for r in range(repeats)]
-            rates = [rate for rate in rates if rate is not None]
-            if rates:
-                out[f"eval/{name}/{arm}_success_mean"] = statistics.fmean(rates)
-                out[f"eval/{name}/{arm}_success_std"] = statistics.pstdev(rates)
-    out["eval/skill_obtained_rate"] = statistics.fmean(
-        float(c.skill_card is not None) for c in cases) if cases else 0.0
-    out["eval/infra_failures"] = float(sum(
-        1 for c in cases for r in (c.with_skill, c.without_skill)
-        if r is not None and r.score is None))
-    out["eval/cases"] = float(len(cases))
-    return out
+async def _retrieved(source: PipelineContext, clock: IOClock, plan: EvalPlan,
+                     tasks: list[TaskSpec]) -> tuple[list[TaskSpec | None], bool]:
+    if plan.protocol is EvalProtocol.NO_SKILL or not tasks:
+        return [None] * len(tasks), False
+    found = await retrieve(source, clock, tasks, 1)
+    return [next(iter(hits), None) for hits in found.tasks], found.error is not None
+
+
+async def evaluate_cases(ctx: PipelineContext, rows: Sequence[Mapping[str, Any]],
+                         repeats: int, plan: EvalPlan) -> tuple[list[CaseRecord], bool]:
+    """Every (test task, repeat) case of the plan, run or read back from its store; returns the
+    records (finished ones included) and whether retrieval failed."""
+    if plan.protocol is EvalProtocol.LIBRARY and plan.library is None:
+        raise ValueError("the library protocol needs a skill library")
+    source = protocol_context(ctx, plan)
+    test = copy.copy(source)
+    test.adapter = ctx.adapter.for_evaluation()
+    clock = IOClock()
+    tasks = [ctx.adapter.task_from_row(row) for row in rows]
+    done = plan.store.load() if plan.store is not None else {}
+    todo = [(i, r) for r in range(repeats) for i, task in enumerate(tasks)
+            if (str(plan.protocol), plan.split, task.id, r) not in done]
+    needed = sorted({i for i, _ in todo})
+    retrieved, failed = await _retrieved(source, clock, plan, [tasks[i] for i in needed])
+    by_task = dict(zip(needed, retrieved, strict=True))
+    best = plan.library.best_by_source() if plan.protocol is EvalProtocol.LIBRARY else None
+    with tqdm(total=len(todo), desc=f"eval {plan.protocol} {plan.split}".strip(), unit="case",
+              disable=not plan.progress) as bar:
+        async def one(i: int, repeat: int) -> CaseRecord:
+            record = await _run_case(source, test, clock, plan, tasks[i], repeat, by_task[i], best)
+            if plan.store is not None:
+                plan.store.append([record])
+            bar.update(1)
+            return record
+        fresh = await asyncio.gather(*(one(i, r) for i, r in todo))
+    keys = {(str(plan.protocol), plan.split, task.id, r) for r in range(repeats) for task in tasks}
+    records = [record for key, record in done.items() if key in keys] + list(fresh)
+    return records, failed
 
 
 async def run_eval(ctx: PipelineContext, rows: Sequence[Mapping[str, Any]], *,
-                   repeats: int = 1, library: SkillLibrary | None = None) -> dict[str, float]:
-    """Run the protocol on the test `rows`, `repeats` times; returns flat metrics."""
-    clock = IOClock()
-    tasks = [ctx.adapter.task_from_row(row) for row in rows]
-    retrieved = await retrieve(ctx, clock, tasks, 1)
-    best = library.best_by_source() if library is not None else None
-    cases = [EvalCase(task, r) for r in range(repeats) for task in tasks]
-    await asyncio.gather(*(
-        _run_case(ctx, clock, case, next(iter(retrieved.tasks[i % len(tasks)]), None), best)
-        for i, case in enumerate(cases)))
-    out = _report(cases, repeats)
-    out["eval/retrieval_failed"] = float(retrieved.error is not None)
+                   repeats: int = 1, library: SkillLibrary | None = None,
+                   plan: EvalPlan | None = None) -> dict[str, float]:
+    """Run a protocol on the test `rows`, `repeats` times; returns flat metrics
+    (`pipeline.eval_report`). Without a plan: `reference`, or `library` when one is given."""
+    if plan is None:
+        protocol = EvalProtocol.LIBRARY if library is not None else EvalProtocol.REFERENCE
+        plan = EvalPlan(protocol=protocol, library=library)
+    records, failed = await evaluate_cases(ctx, rows, repeats, plan)
+    out = summarize(records, ctx.adapter.eval_metrics, plan.train_types)
+    out["eval/retrieval_failed"] = float(failed)
     return out

@@ -3,7 +3,7 @@
 Owns `SkillRecord` (source task, extractor output, the skill format, parse and audit result,
 the skill in its JSON form, its downstream scores and extractor reward) and `SkillLibrary`
 (append after each rollout, read back, best usable skill per source task for evaluation with a
-persisted library).
+persisted library; `best_by_source` applies that rule to any records, e.g. an export's).
 """
 
 from __future__ import annotations
@@ -85,11 +85,16 @@ class SkillLibrary:
 
     def best_by_source(self) -> dict[str, SkillRecord]:
         """The usable skill with the highest reward for each source task id."""
-        best: dict[str, SkillRecord] = {}
-        for record in self.load():
-            if not record.usable or record.reward is None:
-                continue
-            current = best.get(record.source_id)
-            if current is None or record.reward > (current.reward or 0.0):
-                best[record.source_id] = record
-        return best
+        return best_by_source(self.load())
+
+
+def best_by_source(records: Iterable[SkillRecord]) -> dict[str, SkillRecord]:
+    """The usable skill with the highest reward for each source task id (ties: the earlier)."""
+    best: dict[str, SkillRecord] = {}
+    for record in records:
+        if not record.usable or record.reward is None:
+            continue
+        current = best.get(record.source_id)
+        if current is None or record.reward > (current.reward or 0.0):
+            best[record.source_id] = record
+    return best

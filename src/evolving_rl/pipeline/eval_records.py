@@ -1,0 +1,113 @@
+"""What one evaluated case leaves behind: JSON-able records, and the file that keeps them.
+
+Owns `ArmRecord` (one episode of a test task: status, score, success, steps and the
+environment's per-episode measures, `EnvironmentAdapter.episode_measures`), `CaseRecord` (one
+test task in one repeat under one protocol: the task retrieved for it, whether a usable skill
+was obtained, and its two arms) and `CaseStore` (an append-only JSONL file of finished cases, read
+back on a restart so that finished cases are not run again). The report is computed from the
+records alone (`pipeline.eval_report`), so an interrupted and resumed run reports exactly what an
+uninterrupted one does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+ARMS = ("with_skill", "without_skill")
+CaseKey = tuple[str, str, str, int]  # protocol, split, task id, repeat
+
+
+@dataclass(frozen=True)
+class ArmRecord:
+    """One episode of a test task; `score` None: it failed for an infrastructure reason."""
+
+    status: str
+    score: float | None
+    success: bool
+    n_steps: int
+    measures: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def scored(self) -> bool:
+        return self.score is not None
+
+
+@dataclass(frozen=True)
+class CaseRecord:
+    """One test task in one repeat under one protocol.
+
+    Without a usable skill the "with skill" arm is the plain episode (nothing was injected), as
+    the reference counts it; `with_skill` is then None and `arm("with_skill")` the plain one.
+    """
+
+    protocol: str
+    split: str
+    task_id: str
+    task_type: str
+    repeat: int
+    retrieved_id: str | None
+    skill_obtained: bool
+    without_skill: ArmRecord
+    with_skill: ArmRecord | None = None
+
+    @property
+    def key(self) -> CaseKey:
+        return (self.protocol, self.split, self.task_id, self.repeat)
+
+    def arm(self, name: str) -> ArmRecord:
+        if name not in ARMS:
+            raise ValueError(f"unknown arm {name!r}")
+        if name == "with_skill" and self.with_skill is not None:
+            return self.with_skill
+        return self.without_skill
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CaseRecord:
+        with_skill = data.get("with_skill")
+        return cls(**{**data, "without_skill": ArmRecord(**data["without_skill"]),
+                      "with_skill": ArmRecord(**with_skill) if with_skill else None})
+
+
+class CaseStore:
+    """Finished cases of one evaluation run, one JSON line each (appended as they finish)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def load(self) -> dict[CaseKey, CaseRecord]:
+        """Every finished case; a torn last line (the run was killed mid-write) is dropped."""
+        records: dict[CaseKey, CaseRecord] = {}
+        if not self.path.is_file():
+            return records
+        with self.path.open(encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = CaseRecord.from_json(json.loads(line))
+                except (json.JSONDecodeError, TypeError, KeyError) as error:
+                    logger.warning("%s:%d: unreadable case dropped (%s)", self.path, number, error)
+                    continue
+                records[record.key] = record
+        return records
+
+    def append(self, records: Iterable[CaseRecord]) -> None:
+        lines = [json.dumps(record.to_json(), ensure_ascii=False) for record in records]
+        if not lines:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        torn = self.path.is_file() and not self.path.read_bytes().endswith(b"\n")
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(("\n" if torn and self.path.stat().st_size else "")
+                         + "\n".join(lines) + "\n")
+            handle.flush()
