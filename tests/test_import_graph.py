@@ -13,7 +13,9 @@ module of its own unit):
   4  pipeline                 the four-stage rollout, its assembly, metrics and evaluation
   5  local, slime_bridge,     the embedded CPU/GPU backend (it starts the env servers); slime glue;
      skills                   the skill-library command (list, search, show, export)
-  6  slime_hooks              the entry points slime imports
+  6  evaluate                 checkpoint evaluation (runs a checkpoint through the local backend
+                              or a server and starts the servers as the local job does)
+  7  slime_hooks              the entry points slime imports
 
 `evolving_rl/__init__.py` (the version) sits in layer 0. Cycles are checked between modules, so
 two modules of one unit must not import each other either (not even for type hints). And no two
@@ -33,6 +35,7 @@ LAYERS = (
     {"domains", "env"},
     {"pipeline"},
     {"local", "slime_bridge", "skills"},
+    {"evaluate"},
     {"slime_hooks"},
 )
 RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}

@@ -2,9 +2,10 @@
 stopped through its launcher), the real retrieval server (MiniLM) and a fake SGLang HTTP server
 (`tests/fakes/sglang_server.py`), as `test_pipeline_contract.py` does for ALFWorld.
 
-The data is a tiny generated set (`env.mind2web.generate` + `prepare`). The scripted solver reads
-the task and the page snapshot from each step prompt and answers the gold action of that step
-(computed here from the generated files, never sent by the server) or a wrong one; extractor
+The data is a tiny generated set (`env.mind2web.generate` + `prepare`). The scripted solver
+(`tests/fakes/web.WebSolver`) reads the task and the page snapshot from each step prompt and
+answers the gold action of that step (computed from the generated files, never sent by the
+server) or a wrong one; extractor
 prompts get skills of `tests/fakes/scripted.SKILLS`. Checks token/mask/log-prob alignment, group
 ids under both `pipeline.solver_grouping` values, advantages recomputed with the core and role
 weights, retrieval never returning the source task, step rewards equal to the server's verdicts,
@@ -18,7 +19,6 @@ import asyncio
 import dataclasses
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -35,8 +35,6 @@ from env.launch import free_port, read_pid
 from env.mind2web.generate import GenerateSpec, generate
 from env.mind2web.prepare import prepare
 from env.mind2web.server import pid_file
-from env.mind2web.snapshot import build_snapshot
-from env.mind2web.validate import GoldStep, expected_refs
 from env.retrieval.launcher import start_retrieval_server, stop_retrieval_server
 from evolving_rl.clients.policy import SGLangPolicyClient
 from evolving_rl.config import Config, load_config
@@ -49,81 +47,11 @@ from evolving_rl.pipeline.rollout import RolloutOutcome, run_training_rollout
 from tests.fakes.scripted import SKILLS, ActsAtCall, skill_responder, token_log_prob
 from tests.fakes.sglang_server import FakeSGLang
 from tests.fakes.tokenizer import ByteChatTokenizer
+from tests.fakes.web import WRONG_AT, GoldPlay, WebSolver, gold_book
 from tests.servers import ROOT, mind2web_server, web_contract_config_file
 
 SPEC = GenerateSpec(tasks=12, seed=3, distractors=4, tasks_per_file=12, password="contract")
 ROLLOUT_TIMEOUT_S = 60
-GOOD_CARD = f"Skill: {SKILLS['compact'].good['name']}"  # in the card of either format
-WRONG_AT = 1  # without the good skill, the solver is right on the steps before this one
-_QUESTION = re.compile(r"Your task is to: (.*)")
-_STEP = re.compile(r"\[Step (\d+)\]\nCurrent task:\n.*?\n\nCurrent page snapshot:\n(.*?)"
-                   r"\n\nPrevious actions:", re.S)
-
-
-@dataclass(frozen=True)
-class GoldPlay:
-    """One generated step: the page snapshot the server shows, a right and a wrong action."""
-
-    snapshot: str
-    right: dict[str, str]
-    wrong: dict[str, str]
-
-
-def _play(action: dict, action_repr: str) -> GoldPlay:
-    """A step of a generated task file, judged as the server's `validate.judge` does."""
-    operation = action["operation"]
-    gold = GoldStep(operation["op"], operation["value"],
-                    frozenset(c["backend_node_id"] for c in action["pos_candidates"]), action_repr)
-    snapshot = build_snapshot(action["cleaned_html"])
-    good = expected_refs(gold, snapshot)
-    right = {"op": operation["op"], "ref": good[0], "value": operation["value"]}
-    wrong = {**right, "ref": next(e.ref for e in snapshot.elements if e.ref not in good)}
-    return GoldPlay(snapshot.text, right, wrong)
-
-
-def _gold_book(root: Path, prepared_dir: Path) -> dict[str, list[GoldPlay]]:
-    """Prepared question -> the steps of its train task (questions are unique here)."""
-    questions = {}
-    for line in (prepared_dir / "train.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        questions[row["id"]] = row["question"]
-    assert len(set(questions.values())) == len(questions)
-    book = {}
-    for path in sorted((root / "data" / "train").glob("*.json")):
-        for task in json.loads(path.read_text()):
-            book[questions[task["annotation_id"]]] = [
-                _play(action, action_repr)
-                for action, action_repr in zip(task["actions"], task["action_reprs"], strict=True)]
-    return book
-
-
-@dataclass
-class WebSolver:
-    """The scripted solver: the right action with the good skill or before step `WRONG_AT`, else
-    a wrong one; a prompt whose page is not the generated one is recorded in `misses`."""
-
-    book: dict[str, list[GoldPlay]]
-    misses: list[str] = dataclasses.field(default_factory=list)
-
-    def __call__(self, prompt: str) -> str:
-        question = _QUESTION.search(prompt).group(1)
-        step_match = _STEP.search(prompt)
-        step, snapshot = int(step_match.group(1)), step_match.group(2)
-        play = self.book[question][step]
-        if play.snapshot != snapshot:
-            self.misses.append(f"{question} step {step}")
-        action = play.right if self.expected_correct(GOOD_CARD in prompt, step) else play.wrong
-        return f"<reasoning>scripted</reasoning><action>{json.dumps(action)}</action>"
-
-    def expected_correct(self, card_is_good: bool, step: int) -> bool:
-        return card_is_good or step < WRONG_AT
-
-    def expected_score(self, question: str, card_is_good: bool) -> float:
-        """The fraction of the task's steps an episode gets right (train mode)."""
-        n_steps = len(self.book[question])
-        return 1.0 if card_is_good else min(WRONG_AT, n_steps) / n_steps
-
-
 @dataclass(frozen=True)
 class WebWorld:
     config_path: Path
@@ -150,7 +78,7 @@ def web_world(tmp_path_factory) -> Iterator[WebWorld]:
         try:
             rows = [json.loads(line)
                     for line in (prepared_dir / "train.jsonl").read_text().splitlines()]
-            yield WebWorld(config_path, cfg, _gold_book(root, prepared_dir), rows)
+            yield WebWorld(config_path, cfg, gold_book(root, prepared_dir), rows)
         finally:
             mind2web_server("stop", config_path)
     finally:

@@ -187,3 +187,5 @@ class Domain:
     env_url: Callable[[Config], str]  # base URL of its env server
     eval_split: str  # the held-out split the local job evaluates on
     services: str  # dotted name of its server-side module: `prepare_data(cfg)`, `serve(cfg)`
+    eval_splits: tuple[str, ...] = ()  # the test splits a checkpoint evaluation covers
+    prepare_command: str = ""  # what a user runs to prepare its data (named in errors)

@@ -322,4 +322,7 @@ def mind2web_url(cfg: Config) -> str:
 
 
 DOMAIN = Domain(name="mind2web", adapter=make_mind2web_adapter, env_url=mind2web_url,
-                eval_split="test_task", services="env.mind2web.service")
+                eval_split="test_task",
+                eval_splits=("test_task", "test_website", "test_domain"),
+                services="env.mind2web.service",
+                prepare_command="bash scripts/web/prepare_data.sh")

@@ -1,0 +1,79 @@
+"""The evaluated policy and its tokenizer, opened inside the event loop and closed after.
+
+`PolicySpec` names one of three sources:
+  sglang   `url`: an SGLang server (or router) — `/generate` with token ids and log-probs;
+  openai   `url` + `model`: an OpenAI-compatible `/v1/completions` endpoint (text answers,
+           encoded again: `clients.openai_compat`);
+  local    `path`: an HF folder (a local main-job checkpoint, a converted slime checkpoint or a
+           base model) run in-process by the local backend on `device` (cpu, cuda).
+The tokenizer is `tokenizer` when given, else the model folder's (`path`); the URL sources need
+one of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Literal
+
+from evolving_rl.clients.openai_compat import OpenAICompletionsClient
+from evolving_rl.clients.policy import PolicyClient, SGLangPolicyClient
+from evolving_rl.clients.tokenizer import ChatTokenizer, HFChatTokenizer
+from evolving_rl.config.schema import Config
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """Where the evaluated policy comes from (module docstring)."""
+
+    kind: Literal["sglang", "openai", "local"]
+    url: str | None = None
+    path: str | None = None
+    tokenizer: str | None = None
+    model: str = "default"
+    device: str = "cpu"
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        if self.kind in ("sglang", "openai") and not self.url:
+            raise ValueError(f"a {self.kind} policy needs a URL")
+        if self.kind == "local" and not self.path:
+            raise ValueError("a local policy needs an HF model folder")
+        if not (self.tokenizer or self.path):
+            raise ValueError("give --tokenizer (an HF folder holding the model's tokenizer)")
+
+    def describe(self) -> str:
+        return f"{self.kind}:{self.url or self.path}"
+
+
+@contextlib.asynccontextmanager
+async def open_policy(spec: PolicySpec, cfg: Config
+                      ) -> AsyncIterator[tuple[PolicyClient, ChatTokenizer]]:
+    """The policy client and chat tokenizer of `spec`, released on exit."""
+    tokenizer_path = spec.tokenizer or spec.path
+    if spec.kind == "local":
+        from evolving_rl.local.model import load_model, load_tokenizer
+        from evolving_rl.local.policy import LocalPolicy
+
+        hf_tokenizer = load_tokenizer(tokenizer_path)
+        model = load_model(spec.path, spec.device, spec.dtype, trainable=False)
+        local = LocalPolicy(model, hf_tokenizer, max_batch=cfg.local.max_batch_generate,
+                            window_s=cfg.local.batch_window_s, seed=cfg.run.seed,
+                            prefix_entries=cfg.local.prefix_cache_entries)
+        try:
+            yield local, HFChatTokenizer(hf_tokenizer)
+        finally:
+            await local.close()
+        return
+    tokenizer = HFChatTokenizer.from_pretrained(tokenizer_path)
+    client: SGLangPolicyClient | OpenAICompletionsClient
+    if spec.kind == "sglang":
+        client = SGLangPolicyClient.open(spec.url, cfg.clients)
+    else:
+        client = OpenAICompletionsClient.open(spec.url, spec.model, tokenizer.encode_text,
+                                              cfg.clients)
+    try:
+        yield client, tokenizer
+    finally:
+        await client.close()

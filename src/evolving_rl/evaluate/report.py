@@ -1,0 +1,148 @@
+"""The evaluation's outputs: `report.json`, `report.md` and one PNG chart per split.
+
+Owns `write_report(out_dir, meta, results)`. `results` is split -> protocol -> the flat metrics
+of `pipeline.eval_report`; `meta` says what was evaluated (environment, policy, protocols,
+repeats, training task types). Everything is derived from those two, with no clock or host in
+it, so a resumed run writes byte-identical reports. The Markdown report has, per split: success
+with and without the skill per protocol (mean ± std over the repeats), the training / held-out
+task-type groups, a per-task-type table, the environment's own metrics (Mind2Web's standard
+metrics and the reference's first-error action accuracy) and, where published numbers exist
+(`evaluate.published`), a table against them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+
+from evolving_rl.evaluate.published import published_for  # noqa: E402
+
+Results = Mapping[str, Mapping[str, Mapping[str, float]]]
+ARMS = (("with_skill", "with skill"), ("without_skill", "without skill"))
+ENV_METRICS = (("element_accuracy", "element acc."), ("op_f1", "op. F1"),
+               ("step_success_rate", "step SR"), ("task_success_rate", "task SR"),
+               ("first_error_action_accuracy", "first-error action acc. (reference's)"))
+
+
+def _pct(metrics: Mapping[str, float], bucket: str, arm: str, metric: str = "success") -> str:
+    mean = metrics.get(f"eval/{bucket}/{arm}_{metric}_mean")
+    if mean is None:
+        return "–"
+    std = metrics.get(f"eval/{bucket}/{arm}_{metric}_std", 0.0)
+    return f"{100 * mean:.1f} ± {100 * std:.1f}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def _buckets(metrics: Mapping[str, float], prefix: str) -> list[str]:
+    names = {key.split("/")[2] for key in metrics if key.startswith(f"eval/{prefix}/")}
+    return sorted(names)
+
+
+def _success_rows(split_results: Mapping[str, Mapping[str, float]]) -> list[list[str]]:
+    rows = []
+    for protocol, metrics in split_results.items():
+        for bucket in ["all", *[f"group/{g}" for g in _buckets(metrics, "group")]]:
+            rows.append([protocol, bucket.removeprefix("group/"),
+                         _pct(metrics, bucket, "with_skill"),
+                         _pct(metrics, bucket, "without_skill"),
+                         f"{100 * metrics.get('eval/skill_obtained_rate', 0.0):.0f}%",
+                         f"{metrics.get('eval/cases', 0):.0f}",
+                         f"{metrics.get('eval/infra_failures', 0):.0f}"])
+    return rows
+
+
+def _task_type_rows(split_results: Mapping[str, Mapping[str, float]]) -> list[list[str]]:
+    return [[protocol, task_type, _pct(metrics, f"task_type/{task_type}", "with_skill"),
+             _pct(metrics, f"task_type/{task_type}", "without_skill")]
+            for protocol, metrics in split_results.items()
+            for task_type in _buckets(metrics, "task_type")]
+
+
+def _env_metric_rows(split_results: Mapping[str, Mapping[str, float]]) -> list[list[str]]:
+    rows = []
+    for protocol, metrics in split_results.items():
+        for arm, label in ARMS:
+            if f"eval/all/{arm}_{ENV_METRICS[0][0]}_mean" in metrics:
+                rows.append([protocol, label,
+                             *[_pct(metrics, "all", arm, name) for name, _ in ENV_METRICS]])
+    return rows
+
+
+def _published_rows(environment: str, split: str,
+                    split_results: Mapping[str, Mapping[str, float]]) -> list[list[str]]:
+    ours = split_results.get("reference", {})
+    return [[number.method, number.group.removeprefix("group/"), f"{number.success_pct:.1f}",
+             _pct(ours, number.group, "with_skill"), _pct(ours, number.group, "without_skill")]
+            for number in published_for(environment, split)]
+
+
+def _split_section(environment: str, split: str,
+                   split_results: Mapping[str, Mapping[str, float]]) -> list[str]:
+    lines = [f"## {split}", "", "Success (%), mean ± std over repeats:", ""]
+    lines += _table(["protocol", "tasks", "with skill", "without skill", "skill obtained",
+                     "cases", "infra failures"], _success_rows(split_results))
+    env_rows = _env_metric_rows(split_results)
+    if env_rows:
+        lines += ["", "Standard metrics (%), macro over tasks:", ""]
+        lines += _table(["protocol", "arm", *[label for _, label in ENV_METRICS]], env_rows)
+    published = _published_rows(environment, split, split_results)
+    if published:
+        lines += ["", "Against the published numbers (ours: the reference protocol):", ""]
+        lines += _table(["published", "tasks", "published %", "ours with skill",
+                         "ours without skill"], published)
+    lines += ["", "Per task type (%):", ""]
+    lines += _table(["protocol", "task type", "with skill", "without skill"],
+                    _task_type_rows(split_results))
+    return [*lines, "", f"![{split}]({split}.png)", ""]
+
+
+def _chart(path: Path, split: str, split_results: Mapping[str, Mapping[str, float]]) -> None:
+    protocol, metrics = next(iter(split_results.items()))
+    types = _buckets(metrics, "task_type")
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(types) + 2), 4))
+    width = 0.4
+    for offset, (arm, label) in zip((-width / 2, width / 2), ARMS, strict=True):
+        means = [100 * metrics.get(f"eval/task_type/{t}/{arm}_success_mean", 0.0) for t in types]
+        stds = [100 * metrics.get(f"eval/task_type/{t}/{arm}_success_std", 0.0) for t in types]
+        ax.bar([i + offset for i in range(len(types))], means, width, yerr=stds, label=label,
+               capsize=3)
+    ax.set_xticks(range(len(types)), types, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("success (%)")
+    ax.set_ylim(0, 105)
+    ax.set_title(f"{split}: success per task type ({protocol} protocol)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)
+
+
+def write_report(out_dir: Path, meta: Mapping[str, Any], results: Results) -> list[Path]:
+    """Write report.json, report.md and `<split>.png` per split; returns their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report_json = out_dir / "report.json"
+    report_json.write_text(json.dumps({"meta": meta, "results": results}, indent=2,
+                                      sort_keys=True) + "\n", encoding="utf-8")
+    lines = [f"# Evaluation: {meta.get('environment')} — {meta.get('policy')}", "",
+             f"Protocols: {', '.join(meta.get('protocols', []))}; repeats: "
+             f"{meta.get('repeats')}; greedy. Training task types: "
+             f"{', '.join(meta.get('train_types', [])) or '–'}.", ""]
+    written = [report_json]
+    for split, split_results in results.items():
+        lines += _split_section(str(meta.get("environment")), split, split_results)
+        chart = out_dir / f"{split}.png"
+        _chart(chart, split, split_results)
+        written.append(chart)
+    report_md = out_dir / "report.md"
+    report_md.write_text("\n".join(lines), encoding="utf-8")
+    return [report_md, *written]

@@ -1,0 +1,150 @@
+"""Every protocol on every split, resumable: what one `python -m evolving_rl.evaluate` run does.
+
+Owns `EvalRequest` (splits, protocols, repeats, task limit, retrieval and training splits, the
+persisted library, the output folder, whether to start the servers), `pick_rows` (a split's
+first `limit` tasks taken round-robin over task types, deterministic) and `run_evaluation`
+(its `EvalOutcome`).
+Finished cases go to `<out>/cases.jsonl` as they finish (`pipeline.eval_records.CaseStore`); a
+rerun with the same request skips them, and the numbers are computed from the records alone, so
+an interrupted run, resumed, reports what an uninterrupted one would. With `start_servers`, the
+retrieval cache is refreshed and the retrieval and environment servers are started with this
+config and stopped on exit (the local job's `servers`); otherwise the config's addresses must
+answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evolving_rl.clients.policy import PolicyClient
+from evolving_rl.clients.tokenizer import ChatTokenizer
+from evolving_rl.config.schema import Config
+from evolving_rl.domains.registry import domain_for
+from evolving_rl.evaluate.policies import PolicySpec, open_policy
+from evolving_rl.pipeline.context import build_context
+from evolving_rl.pipeline.eval_records import CaseStore
+from evolving_rl.pipeline.eval_report import summarize
+from evolving_rl.pipeline.evaluation import EvalPlan, EvalProtocol, evaluate_cases
+from evolving_rl.pipeline.skill_library import SkillLibrary
+from evolving_rl.retrieval.prepared import PreparedRow, environment_prepared_dir, read_split
+
+logger = logging.getLogger(__name__)
+
+CASES_FILE = "cases.jsonl"
+# Opens (policy, chat tokenizer) for the run and releases them on exit.
+PolicyOpener = Callable[[], AbstractAsyncContextManager[tuple[PolicyClient, ChatTokenizer]]]
+
+
+class MissingSplitError(FileNotFoundError):
+    """A split to evaluate (or the training split) has no prepared file."""
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    """What to evaluate and where to write it (module docstring)."""
+
+    out_dir: Path
+    splits: tuple[str, ...]
+    protocols: tuple[EvalProtocol, ...] = (EvalProtocol.REFERENCE,)
+    repeats: int = 3
+    limit: int | None = None
+    retrieval_split: str = "train"
+    train_split: str = "train"
+    library: Path | None = None
+    start_servers: bool = True
+
+    def __post_init__(self) -> None:
+        if self.repeats < 1:
+            raise ValueError("repeats must be >= 1")
+        if EvalProtocol.LIBRARY in self.protocols and self.library is None:
+            raise ValueError("the library protocol needs --library (a skill_library.jsonl)")
+
+
+def pick_rows(rows: Sequence[PreparedRow], limit: int | None) -> list[dict[str, Any]]:
+    """The first `limit` rows (all when None) taken round-robin over sorted task types."""
+    if limit is None:
+        return [row.as_dict() for row in rows]
+    by_type: dict[str, list[PreparedRow]] = {}
+    for row in rows:
+        by_type.setdefault(row.task_type, []).append(row)
+    queues = [list(queue) for _, queue in sorted(by_type.items())]
+    picked: list[dict[str, Any]] = []
+    while len(picked) < limit and any(queues):
+        for queue in queues:
+            if queue and len(picked) < limit:
+                picked.append(queue.pop(0).as_dict())
+    return picked
+
+
+def _split_rows(cfg: Config, split: str) -> list[PreparedRow]:
+    prepared = environment_prepared_dir(cfg)
+    if not (Path(prepared) / f"{split}.jsonl").is_file():
+        raise MissingSplitError(
+            f"no prepared split {split!r} in {prepared}: prepare the {cfg.environment} data "
+            f"first ({domain_for(cfg).prepare_command}; the README says how)")
+    return list(read_split(prepared, split))
+
+
+@contextlib.contextmanager
+def _services(cfg: Config, start: bool) -> Iterator[None]:
+    if not start:
+        yield
+        return
+    from evolving_rl.local.job import build_retrieval_cache, servers
+
+    build_retrieval_cache(cfg)
+    with servers(cfg):
+        yield
+
+
+async def _evaluate(cfg: Config, opener: PolicyOpener, request: EvalRequest,
+                    rows: dict[str, list[dict[str, Any]]],
+                    train_types: frozenset[str]) -> dict[str, dict[str, dict[str, float]]]:
+    store = CaseStore(request.out_dir / CASES_FILE)
+    library = SkillLibrary(request.library) if request.library else None
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    async with opener() as (policy, tokenizer):
+        ctx = await build_context(cfg, policy, tokenizer, run_dir=request.out_dir)
+        try:
+            for split, split_rows in rows.items():
+                for protocol in request.protocols:
+                    plan = EvalPlan(protocol=protocol, split=split,
+                                    retrieval_split=request.retrieval_split,
+                                    train_types=train_types, library=library, store=store,
+                                    progress=True)
+                    records, failed = await evaluate_cases(ctx, split_rows, request.repeats, plan)
+                    metrics = summarize(records, ctx.adapter.eval_metrics, train_types)
+                    metrics["eval/retrieval_failed"] = float(failed)
+                    results.setdefault(split, {})[str(protocol)] = metrics
+        finally:
+            await ctx.close()
+    return results
+
+
+@dataclass(frozen=True)
+class EvalOutcome:
+    """split -> protocol -> flat metrics (`pipeline.eval_report`), and the training types."""
+
+    results: dict[str, dict[str, dict[str, float]]]
+    train_types: frozenset[str]
+
+
+def run_evaluation(cfg: Config, spec: PolicySpec | PolicyOpener,
+                   request: EvalRequest) -> EvalOutcome:
+    """Run the request (module docstring) with the policy of `spec` (or the pair an opener
+    yields: tests pass scripted policies); cases in `<out>/cases.jsonl`."""
+    opener = (lambda: open_policy(spec, cfg)) if isinstance(spec, PolicySpec) else spec
+    domain_for(cfg)  # an unregistered environment fails before anything starts
+    rows = {split: pick_rows(_split_rows(cfg, split), request.limit) for split in request.splits}
+    train_types = frozenset(row.task_type for row in _split_rows(cfg, request.train_split))
+    request.out_dir.mkdir(parents=True, exist_ok=True)
+    with _services(cfg, request.start_servers):
+        results = asyncio.run(_evaluate(cfg, opener, request, rows, train_types))
+    return EvalOutcome(results, train_types)
