@@ -21,6 +21,7 @@ import socket
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
@@ -79,6 +80,13 @@ def _bindable(port: int, host: str) -> bool:
         except OSError:
             return False
         return True
+
+
+def _listening(port: int, host: str) -> bool:
+    """Whether something accepts connections on `host:port` (a TIME_WAIT port does not)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex((host, port)) == 0
 
 
 def free_port(host: str = "127.0.0.1", exclude: Collection[int] = ()) -> int:
@@ -174,8 +182,15 @@ def spawn_server(cmd: list[str], log_path: str | Path,
 def start_server(cmd: list[str], health_url: str, log_path: str | Path,
                  timeout_s: float = 120.0, env: dict[str, str] | None = None) -> subprocess.Popen:
     """Start `cmd` in its own session (repo root on PYTHONPATH), output appended to `log_path`,
-    and wait for `health_url`. On failure the process is stopped and `LaunchError` names the log.
+    and wait for `health_url`. A port already in use is refused first (`LaunchError`): another
+    server there would answer the health check for a process that failed to bind. On failure
+    the process is stopped and `LaunchError` names the log.
     """
+    address = urllib.parse.urlsplit(health_url)
+    if address.port is not None and _listening(address.port, address.hostname or ""):
+        raise LaunchError(f"port {address.port} of {address.hostname} is in use (another "
+                          "server, perhaps another run's): stop it by its PID file or choose "
+                          "another port with --set")
     proc = spawn_server(cmd, log_path, env)
     try:
         wait_for_health(health_url, timeout_s, proc)
