@@ -114,7 +114,8 @@ def test_readme_cpu_command_evaluates_a_local_checkpoint(alfworld_data, tmp_path
 
     base = resolve_model_path("smollm2", ROOT / "models")
     cfg = parse_config({})
-    trainer = GRPOTrainer(load_model(base), None, cfg.loss, cfg.local, 0)
+    trainer = GRPOTrainer(load_model(base), load_model(base, trainable=False), cfg.loss,
+                          cfg.local, 0)
     checkpoint = trainer.save(tmp_path / "step_0001", load_tokenizer(base))
     data = yaml.safe_load((ROOT / "configs/local_cpu.yaml").read_text())
     port = free_port_block(3)

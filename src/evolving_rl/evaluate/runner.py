@@ -28,7 +28,7 @@ from evolving_rl.clients.tokenizer import ChatTokenizer
 from evolving_rl.config.schema import Config
 from evolving_rl.domains.registry import domain_for
 from evolving_rl.evaluate.policies import PolicySpec, open_policy
-from evolving_rl.pipeline.context import build_context
+from evolving_rl.pipeline.context import build_context, make_adapter
 from evolving_rl.pipeline.eval_records import CaseStore
 from evolving_rl.pipeline.eval_report import summarize
 from evolving_rl.pipeline.evaluation import EvalPlan, EvalProtocol, evaluate_cases
@@ -111,7 +111,11 @@ async def _evaluate(cfg: Config, opener: PolicyOpener, request: EvalRequest,
     library = SkillLibrary(request.library) if request.library else None
     results: dict[str, dict[str, dict[str, float]]] = {}
     async with opener() as (policy, tokenizer):
-        ctx = await build_context(cfg, policy, tokenizer, run_dir=request.out_dir)
+        # lenient parsing where the profile asks for it (the CPU profiles' small model), as the
+        # local job plays
+        adapter = make_adapter(cfg, lenient=cfg.local.lenient_actions)
+        ctx = await build_context(cfg, policy, tokenizer, adapter=adapter,
+                                  run_dir=request.out_dir)
         try:
             for split, split_rows in rows.items():
                 for protocol in request.protocols:
