@@ -49,6 +49,9 @@ def test_rates_per_repeat_then_mean_and_population_std():
     assert out["eval/group/held_out_types/without_skill_success_mean"] == pytest.approx(0.5)
     assert out["eval/group/held_out_types/without_skill_success_std"] == pytest.approx(0.5)
     assert out["eval/skill_obtained_rate"] == pytest.approx(4 / 6)
+    assert out["eval/group/held_out_types/cases"] == 2.0  # c, twice
+    assert out["eval/group/held_out_types/skill_obtained_rate"] == 0.0
+    assert out["eval/task_type/A/skill_obtained_rate"] == 1.0
     assert out["eval/cases"] == 6.0 and out["eval/repeats"] == 2.0
     assert out["eval/infra_failures"] == 0.0
 

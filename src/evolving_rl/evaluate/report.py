@@ -56,8 +56,8 @@ def _success_rows(split_results: Mapping[str, Mapping[str, float]]) -> list[list
             rows.append([protocol, bucket.removeprefix("group/"),
                          _pct(metrics, bucket, "with_skill"),
                          _pct(metrics, bucket, "without_skill"),
-                         f"{100 * metrics.get('eval/skill_obtained_rate', 0.0):.0f}%",
-                         f"{metrics.get('eval/cases', 0):.0f}",
+                         f"{100 * metrics.get(f'eval/{bucket}/skill_obtained_rate', 0.0):.0f}%",
+                         f"{metrics.get(f'eval/{bucket}/cases', 0):.0f}",
                          f"{metrics.get('eval/infra_failures', 0):.0f}"])
     return rows
 

@@ -5,7 +5,8 @@ split and returns flat metrics: for every bucket (`all`, `task_type/<t>`, and wi
 `group/training_types` and `group/held_out_types`) and arm (`with_skill`, `without_skill`; only
 the latter under the no-skill protocol), the success rate and the environment's own metrics
 (`eval_metrics`, e.g. Mind2Web's standard metrics) per repeat, then their mean and population
-std over the repeats: `eval/<bucket>/<arm>_<metric>_mean|_std`. Episodes that failed for an
+std over the repeats: `eval/<bucket>/<arm>_<metric>_mean|_std`, with the bucket's case count
+and share of cases that obtained a usable skill. Episodes that failed for an
 infrastructure reason leave the rates (they are counted in `eval/infra_failures`). Records are
 sorted first, so the result does not depend on the order cases finished in.
 """
@@ -48,7 +49,9 @@ def _repeat_values(members: Sequence[CaseRecord], arm: str,
 
 def _bucket_metrics(name: str, members: Sequence[CaseRecord], arms: Sequence[str],
                     eval_metrics: EnvMetrics) -> dict[str, float]:
-    out: dict[str, float] = {}
+    out: dict[str, float] = {f"eval/{name}/cases": float(len(members)),
+                             f"eval/{name}/skill_obtained_rate": statistics.fmean(
+                                 float(m.skill_obtained) for m in members)}
     repeats = sorted({m.repeat for m in members})
     for arm in arms:
         per_repeat = [_repeat_values([m for m in members if m.repeat == r], arm, eval_metrics)
