@@ -1,7 +1,7 @@
 """Local-backend benchmark: batched generation, trainer step throughput, peak memory.
 
     .venv/bin/python -m benchmarks.local_backend [--config configs/local_cpu.yaml] [--device cuda]
-        [--tiny]
+        [--dtype bfloat16] [--random-weights] [--tiny]
 
 Each measurement is paired with its baseline, run in the same process on the same inputs:
 - generation, single calls: 8 concurrent `generate` calls through the micro-batcher vs the same 8
@@ -17,7 +17,13 @@ Each measurement is paired with its baseline, run in the same process on the sam
   the config's gradient checkpointing) vs a bare forward + cross-entropy + backward of the same
   model on the same padded batch, in sequence tokens per second; target ratio >= 0.8;
 - peak resident memory of the process holding policy + frozen reference (target < 6 GB), and
-  peak CUDA memory when on a GPU.
+  peak CUDA memory when on a GPU;
+- on CUDA only (`--device cuda`, first), today's decoder (`dynamic`) against the static-slot one
+  (`static`, CUDA graphs) on the same model: the decode step in ms at 1, 8 and 32 rows of
+  512-token prompts (sampling at temperature 1, every row kept running; target <= 5 ms at 32
+  rows), and tokens/s of 32 concurrent episodes as above (target ratio >= 15x; the static run
+  follows an untimed one that captured its graphs) with the GPU busy fraction while they run
+  (NVML utilisation sampled every 50 ms: the share of time a kernel was running; target >= 50%).
 The exit status is 1 when a target is missed. `--tiny` (the test suite's smoke run): 2 episodes
 of 2 turns, 4 new tokens per single call, a training batch of 2 x 32 tokens; the same code path,
 too small for the targets, so they are printed but not enforced.
@@ -31,6 +37,7 @@ import dataclasses
 import logging
 import resource
 import sys
+import threading
 import time
 
 import torch
@@ -42,12 +49,14 @@ from evolving_rl.config import load_config
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import TrainSample
 from evolving_rl.domains.base import Observation, TaskSpec
-from evolving_rl.local.model import load_model, load_tokenizer, resolve_model_path
+from evolving_rl.local.model import DTYPES, load_model, load_tokenizer, resolve_model_path
 from evolving_rl.local.policy import LocalPolicy
 from evolving_rl.local.trainer import GRPOTrainer, build_token_batch
 from evolving_rl.pipeline.context import make_adapter
 
 TARGET_GENERATION, TARGET_TRAINER, TARGET_RSS_GB = 3.0, 0.8, 6.0
+TARGET_STEP_MS, TARGET_STATIC_RATIO, TARGET_BUSY = 5.0, 15.0, 0.5
+STEP_ROWS, STEP_PROMPT, STEPS, GPU_EPISODES = (1, 8, 32), 512, 32, 32
 TINY = {"episodes": 2, "new_tokens": 4, "turns": 2, "train_samples": 2, "train_length": 32}
 ROOM = ("You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a "
         "countertop 1, a drawer {i}, a fridge 1, a microwave 1, a shelf 2, a sinkbasin 1 and a "
@@ -166,6 +175,128 @@ def bench_episodes(model, tokenizer, cfg, n: int, turns: int) -> float:
     return ratio
 
 
+class BusySampler:
+    """Mean NVML GPU utilisation (the share of time a kernel was running) sampled every 50 ms
+    while inside; `fraction` is None, with `error` set, when NVML is not available."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+        self.error = ""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> BusySampler:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        except (ImportError, OSError) as error:
+            self.error = f"no NVML ({error})"
+            return self
+        except pynvml.NVMLError as error:
+            self.error = f"NVML failed ({error})"
+            return self
+
+        def sample() -> None:
+            while not self._stop.wait(0.05):
+                self.samples.append(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100)
+
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    @property
+    def fraction(self) -> float | None:
+        return sum(self.samples) / len(self.samples) if self.samples else None
+
+    def describe(self) -> str:
+        fraction = self.fraction
+        return (f"{fraction:.0%} (NVML, {len(self.samples)} samples)" if fraction is not None
+                else f"unavailable: {self.error or 'no samples'}")
+
+
+def step_prompts(tokenizer: object, n: int) -> list[list[int]]:
+    """`n` distinct prompts of exactly STEP_PROMPT tokens (room descriptions, chat-encoded)."""
+    chat = HFChatTokenizer(tokenizer)
+    rooms = " ".join(ROOM.format(i=i + 1, j=i + 2, obj=OBJECTS[i % len(OBJECTS)])
+                     for i in range(8))
+    out = [chat.encode_prompt([{"role": "user", "content": f"Episode {k}. {rooms}"}])
+           for k in range(n)]
+    return [ids[:STEP_PROMPT] for ids in out]
+
+
+def step_ms(model, tokenizer, backend: str, rows: int) -> float:
+    """Mean ms of a decode step with `rows` rows running (sampled, none allowed to stop)."""
+    policy = LocalPolicy(model, tokenizer, max_batch=max(STEP_ROWS), decode_backend=backend)
+    decoder = policy.make_decoder(lambda key, generation: None)
+    decoder.eos_ids = frozenset()  # every row decodes every step
+    sampling = SamplingParams(temperature=1.0, top_p=1.0, top_k=-1, max_new_tokens=10 ** 6)
+    decoder.admit([(k, p, sampling) for k, p in enumerate(step_prompts(tokenizer, rows))])
+    for _ in range(3):  # warm-up: the static decoder captures its graph here
+        decoder.step()
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    for _ in range(STEPS):
+        decoder.step()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - started) / STEPS * 1000
+
+
+def bench_decode_steps(model, tokenizer) -> float:
+    """Decode-step ms per backend and row count; the static step's ms at the most rows."""
+    ms = {}
+    for rows in STEP_ROWS:
+        ms["dynamic", rows], ms["static", rows] = (step_ms(model, tokenizer, backend, rows)
+                                                 for backend in ("dynamic", "static"))
+        print(f"decode step, {rows:2d} rows x {STEP_PROMPT}-token prompts: dynamic "
+              f"{ms['dynamic', rows]:.1f} ms, static {ms['static', rows]:.2f} ms "
+              f"({ms['dynamic', rows] / ms['static', rows]:.1f}x)")
+    worst = ms["static", max(STEP_ROWS)]
+    print(f"  static decode step at {max(STEP_ROWS)} rows: {worst:.2f} ms "
+          f"(target <= {TARGET_STEP_MS} ms)")
+    return worst
+
+
+def bench_static_episodes(model, tokenizer, cfg, turns: int) -> tuple[float, float]:
+    """32 concurrent episodes through each decoder: (static / dynamic tokens/s, static busy)."""
+    chat = HFChatTokenizer(tokenizer)
+    rates, replies, busy_static = {}, {}, 0.0
+    for backend in ("dynamic", "static"):
+        policy = LocalPolicy(model, tokenizer, max_batch=GPU_EPISODES,
+                             window_s=cfg.local.batch_window_s,
+                             prefix_entries=cfg.local.prefix_cache_entries,
+                             decode_backend=backend, static_tokens=cfg.local.static_cache_tokens)
+        if backend == "static":  # capture the graphs these episodes use, as a long run would have
+            started = time.perf_counter()
+            asyncio.run(_episodes(policy, chat, cfg, GPU_EPISODES, turns, concurrent=True))
+            print(f"  static warm-up run (graph capture): {time.perf_counter() - started:.1f}s, "
+                  f"{len(policy._engine.graphs)} graphs")
+            policy.weights_changed()  # no KV prefixes left from the warm-up
+        with BusySampler() as busy:
+            started = time.perf_counter()
+            replies[backend] = asyncio.run(_episodes(policy, chat, cfg, GPU_EPISODES, turns,
+                                                     concurrent=True))
+            wall = time.perf_counter() - started
+        tokens = sum(len(reply) for episode in replies[backend] for reply in episode)
+        rates[backend] = tokens / wall
+        busy_static = busy.fraction or 0.0
+        print(f"episodes x{GPU_EPISODES} {backend:8s}: {turns} turns, {tokens} new tokens in "
+              f"{wall:.1f}s = {rates[backend]:.0f} tok/s, {policy.stats.admissions} admissions, "
+              f"{policy.stats.steps} decode steps ({policy.stats.admit_s:.1f}s in admissions), "
+              f"GPU busy {busy.describe()}")
+    ratio = rates["static"] / rates["dynamic"]
+    same = sum(a == b for a, b in zip(replies["static"], replies["dynamic"], strict=True))
+    print(f"  static / dynamic throughput: {ratio:.1f}x (target >= {TARGET_STATIC_RATIO}x); GPU "
+          f"busy target >= {TARGET_BUSY:.0%}; identical greedy episodes {same}/{GPU_EPISODES}")
+    return ratio, busy_static
+
+
 def train_samples(vocab: int, n: int, length: int, seed: int = 0) -> list[TrainSample]:
     """`n` samples of `length` tokens: a quarter prompt, the rest response (1/3 masked out)."""
     gen = torch.Generator().manual_seed(seed)
@@ -205,10 +336,24 @@ def _sync(device) -> None:
         torch.cuda.synchronize()
 
 
-def bench_trainer(path, cfg, tokenizer, n: int, length: int, extra_steps: int = 0) -> float:
+def load(path, device: str, dtype: str, trainable: bool, random_weights: bool):
+    """`load_model`, or with `random_weights` the same architecture from config.json alone,
+    randomly initialised (seed 0): same shapes and timings where the weights cannot travel."""
+    if not random_weights:
+        return load_model(path, device, dtype, trainable)
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(path)),
+                                             dtype=DTYPES[dtype]).to(device)
+    return model if trainable else model.eval().requires_grad_(False)
+
+
+def bench_trainer(path, cfg, tokenizer, n: int, length: int, extra_steps: int = 0,
+                  random_weights: bool = False) -> float:
     device = cfg.local.device
-    model = load_model(path, device, cfg.local.dtype)
-    ref = load_model(path, device, cfg.local.dtype, trainable=False)
+    model = load(path, device, cfg.local.dtype, True, random_weights)
+    ref = load(path, device, cfg.local.dtype, False, random_weights)
     samples = train_samples(len(tokenizer), n, length)
     tokens = n * length
     bare = bare_step(model, samples, cfg, int(tokenizer.pad_token_id), device)
@@ -242,6 +387,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=4, help="turns per episode")
     parser.add_argument("--train-samples", type=int, default=8)
     parser.add_argument("--train-length", type=int, default=256)
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), help="override local.dtype")
+    parser.add_argument("--random-weights", action="store_true",
+                        help="the model folder's architecture, randomly initialised (a folder "
+                        "with config.json and the tokenizer but no weights will do)")
     parser.add_argument("--no-gradient-checkpointing", action="store_true")
     parser.add_argument("--extra-train-steps", type=int, default=0,
                         help="further GRPO steps on the same batch (a short training run)")
@@ -249,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     cfg = load_config(args.config)
     local = dataclasses.replace(
-        cfg.local, device=args.device or cfg.local.device,
+        cfg.local, device=args.device or cfg.local.device, dtype=args.dtype or cfg.local.dtype,
         gradient_checkpointing=cfg.local.gradient_checkpointing
         and not args.no_gradient_checkpointing)
     cfg = dataclasses.replace(cfg, local=local)
@@ -257,18 +406,24 @@ def main(argv: list[str] | None = None) -> int:
     path = resolve_model_path(local.model, local.models_dir)
     tokenizer = load_tokenizer(path)
     print(f"model {path} on {local.device} ({torch.get_num_threads()} torch threads)")
-    policy_model = load_model(path, local.device, local.dtype, trainable=False)
+    policy_model = load(path, local.device, local.dtype, False, args.random_weights)
+    gpu_ok = True
+    if torch.device(local.device).type == "cuda":
+        step = bench_decode_steps(policy_model, tokenizer)
+        ratio, busy = bench_static_episodes(policy_model, tokenizer, cfg, args.turns)
+        gpu_ok = step <= TARGET_STEP_MS and ratio >= TARGET_STATIC_RATIO and busy >= TARGET_BUSY
     bench_generation(policy_model, tokenizer, args.episodes, args.new_tokens)
     generation = bench_episodes(policy_model, tokenizer, cfg, args.episodes, args.turns)
     del policy_model
     trainer = bench_trainer(path, cfg, tokenizer, args.train_samples, args.train_length,
-                            args.extra_train_steps)
+                            args.extra_train_steps, args.random_weights)
     rss = peak_rss_gb()
     print(f"peak RSS (policy + reference + trainer state): {rss:.2f} GB "
           f"(target < {TARGET_RSS_GB} GB)")
     if torch.device(local.device).type == "cuda":
         print(f"peak CUDA memory: {torch.cuda.max_memory_allocated() / 1024 ** 3:.2f} GB")
-    ok = generation >= TARGET_GENERATION and trainer >= TARGET_TRAINER and rss < TARGET_RSS_GB
+    ok = (generation >= TARGET_GENERATION and trainer >= TARGET_TRAINER and rss < TARGET_RSS_GB
+          and gpu_ok)
     return 0 if ok or args.tiny else 1
 
 

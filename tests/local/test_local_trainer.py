@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -123,3 +125,55 @@ def test_token_log_probs_match_a_full_forward(loss_cfg, batch):
     expected = full.gather(1, tokens.targets[:, None])[:, 0]
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     assert tokens.n_tokens == sum(sum(s.loss_mask) for s in batch)
+
+
+def test_chunked_output_layer_gives_the_same_step(loss_cfg, local_cfg, batch):
+    """Output layer over 3 trained tokens at a time (checkpointed) vs all at once: the same
+    terms and, through a plain SGD step (lr 1), the same gradients up to float rounding."""
+    runs = []
+    for chunk in (0, 3):
+        trainer = _trainer(loss_cfg, dataclasses.replace(local_cfg, logit_chunk_tokens=chunk),
+                           ref_shift=0.5)
+        trainer.optimizer = torch.optim.SGD(trainer.model.parameters(), lr=1.0)
+        assert all(b.n_tokens > chunk for b in trainer._micro_batches(batch))  # several chunks
+        runs.append((trainer.step(batch), _params(trainer.model)))
+    (whole, whole_params), (chunked, chunked_params) = runs
+    for name in ("loss", "pg", "kl", "entropy", "grad_norm"):
+        assert getattr(chunked, name) == pytest.approx(getattr(whole, name), rel=1e-5, abs=1e-7)
+    assert whole.kl > 1e-3 and whole.entropy > 0
+    for a, b in zip(whole_params, chunked_params, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_chunked_token_log_probs_without_gradients(loss_cfg, batch):
+    model = tiny_llama()
+    tokens = build_token_batch(batch, loss_cfg, PAD_ID, "cpu")
+    with torch.no_grad():
+        whole = token_log_probs(model, tokens, with_entropy=True)
+        chunked = token_log_probs(model, tokens, with_entropy=True, chunk_tokens=5)
+    assert tokens.n_tokens % 5 != 0  # a short last chunk
+    for a, b in zip(whole, chunked, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+HEAP_HOLES = """
+import sys, psutil, torch
+from evolving_rl.local.trainer import release_freed_memory
+if sys.argv[1] == "release":
+    assert release_freed_memory()
+torch.ones(4 << 20)  # a freed 16 MB block lifts glibc's adaptive mmap threshold above 1 MB
+tensors = [torch.ones(1 << 18) for _ in range(256)]
+held = psutil.Process().memory_info().rss
+del tensors[::2]  # 128 MB freed between live blocks
+print((held - psutil.Process().memory_info().rss) >> 20)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc heap behaviour")
+def test_release_freed_memory_unmaps_freed_tensors():
+    """Freed 1 MB tensors between live ones stay resident by default (heap holes), and go back
+    to the OS at once with a fixed mmap threshold."""
+    returned = {mode: int(subprocess.run(
+        [sys.executable, "-c", HEAP_HOLES, mode], capture_output=True, text=True, check=True,
+        timeout=120).stdout) for mode in ("default", "release")}
+    assert returned["default"] < 32 and returned["release"] > 100, returned

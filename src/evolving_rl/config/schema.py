@@ -254,6 +254,14 @@ class LocalConfig:
     waits for more concurrent requests before decoding; `prefix_cache_entries` bounds the stored KV
     prefixes reused by later calls (0: no reuse). `checkpoint_every` 0 saves only the
     final checkpoint; `resume_from` is a checkpoint folder written by the local trainer.
+    `decode_backend`: "dynamic" (a KV cache that grows with the batch), "static" (one
+    pre-allocated KV slot of `static_cache_tokens` tokens per batch row, sampling on the device,
+    decode steps replayed as CUDA graphs on a GPU; a longer context ends with `length`) or "auto"
+    (static on CUDA, dynamic on CPU).
+    Trainer memory: `logit_chunk_tokens` trained tokens go through the output layer at a time
+    (0: all of a micro-batch at once); `release_freed_memory` fixes glibc's mmap threshold at
+    256 KB from the trainer's creation on, so freed activations leave the resident set instead of
+    fragmenting the heap (process-wide; a no-op without glibc).
     Data preparation: `games_per_type` generated games per task type and split (skipped when the
     data root already holds games); `eval_repeats` greedy repeats of the before/after evaluation.
     """
@@ -267,7 +275,11 @@ class LocalConfig:
     max_batch_generate: int = bounded(8, ge=1)
     batch_window_s: float = bounded(0.02, ge=0.0)
     prefix_cache_entries: int = bounded(32, ge=0)
+    decode_backend: Literal["auto", "dynamic", "static"] = "auto"
+    static_cache_tokens: int = bounded(4096, ge=128)
     gradient_checkpointing: bool = True
+    logit_chunk_tokens: int = bounded(256, ge=0)
+    release_freed_memory: bool = True
     n_eval_games: int = bounded(8, ge=0)
     eval_repeats: int = bounded(1, ge=1)
     torch_threads: int = bounded(2, ge=1)

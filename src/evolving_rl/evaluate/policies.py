@@ -60,7 +60,9 @@ async def open_policy(spec: PolicySpec, cfg: Config
         model = load_model(spec.path, spec.device, spec.dtype, trainable=False)
         local = LocalPolicy(model, hf_tokenizer, max_batch=cfg.local.max_batch_generate,
                             window_s=cfg.local.batch_window_s, seed=cfg.run.seed,
-                            prefix_entries=cfg.local.prefix_cache_entries)
+                            prefix_entries=cfg.local.prefix_cache_entries,
+                            decode_backend=cfg.local.decode_backend,
+                            static_tokens=cfg.local.static_cache_tokens)
         try:
             yield local, HFChatTokenizer(hf_tokenizer)
         finally:

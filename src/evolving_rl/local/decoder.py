@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from evolving_rl.clients.policy import FinishReason, Generation, SamplingParams
 from evolving_rl.local.growing_cache import GrowingCache
@@ -36,11 +37,17 @@ from evolving_rl.local.kv_cache import (
     shared_prefixes,
 )
 
+STOP_MARGIN = 8  # tokens decoded beyond the longest stop string's length (see _stop_completed)
+# Prefill attention backends: not cuDNN's, whose per-shape plan build cost ~1.4 ms per layer call
+# on an H200 (prefill shapes change with every admission); CPU runs are unaffected.
+PREFILL_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
 
 @dataclass
 class DecodeStats:
     """Prefill calls (admissions), requests, decode steps, rows summed over steps, new tokens,
-    tokens of prefixes encoded once for several rows of an admission."""
+    seconds in admissions and decode steps (busy) and in admissions alone, tokens of prefixes
+    encoded once for several rows of an admission."""
 
     admissions: int = 0
     requests: int = 0
@@ -48,6 +55,7 @@ class DecodeStats:
     step_rows: int = 0
     tokens: int = 0
     busy_s: float = 0.0
+    admit_s: float = 0.0
     shared_prefix_tokens: int = 0
 
 
@@ -66,7 +74,7 @@ def _filtered_probs(logits: torch.Tensor, sampling: SamplingParams) -> torch.Ten
     return probs
 
 
-def _draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def _draw(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
     """One index drawn from `probs` [vocab] by inverting its CDF with one uniform number.
 
     Same distribution as `torch.multinomial(probs, 1)`, which on CPU draws an exponential variate
@@ -74,20 +82,30 @@ def _draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     zero-probability entries are never chosen (their CDF step is empty).
     """
     cdf = probs.cumsum(-1)
-    point = torch.rand((), generator=generator, device=probs.device) * cdf[-1]
-    return torch.searchsorted(cdf, point, right=True).clamp_max(probs.numel() - 1)
+    return torch.searchsorted(cdf, uniform * cdf[-1], right=True).clamp_max(probs.numel() - 1)
+
+
+def draw_uniforms(samplings: Sequence[SamplingParams], generator: torch.Generator,
+                  device: torch.device) -> torch.Tensor | None:
+    """One uniform number per sampled (temperature > 0) row, in row order, from one call: the
+    static decoder (`evolving_rl.local.static_decode`) draws the same numbers in the same order."""
+    sampled = sum(s.temperature != 0.0 for s in samplings)
+    return torch.rand(sampled, generator=generator, device=device) if sampled else None
 
 
 def sample_tokens(logits: torch.Tensor, samplings: Sequence[SamplingParams],
                   generator: torch.Generator) -> torch.Tensor:
     """One token per row of `logits` [rows, vocab] under that row's sampling parameters."""
     logits = logits.float()
+    uniforms = draw_uniforms(samplings, generator, logits.device)
     tokens = torch.empty(logits.shape[0], dtype=torch.long, device=logits.device)
+    drawn = 0
     for row, sampling in enumerate(samplings):
         if sampling.temperature == 0.0:
             tokens[row] = torch.argmax(logits[row])
         else:
-            tokens[row] = _draw(_filtered_probs(logits[row], sampling), generator)
+            tokens[row] = _draw(_filtered_probs(logits[row], sampling), uniforms[drawn])
+            drawn += 1
     return tokens
 
 
@@ -100,6 +118,7 @@ class Row:
     sampling: SamplingParams
     ids: list[int]
     log_probs: list[float]
+    slot: int = -1  # its slot in a static decoder's KV cache
 
 
 Done = Callable[[Any, Generation], None]
@@ -127,29 +146,41 @@ class Decoder:
     def _finish_reason(self, row: Row, token: int) -> FinishReason | None:
         if token in self.eos_ids:
             return FinishReason.STOP
-        if row.sampling.stop:
-            text = self.tokenizer.decode(row.ids, skip_special_tokens=False)
-            if any(stop in text for stop in row.sampling.stop):
-                return FinishReason.STOP
+        if row.sampling.stop and self._stop_completed(row):
+            return FinishReason.STOP
         return FinishReason.LENGTH if len(row.ids) >= row.sampling.max_new_tokens else None
+
+    def _stop_completed(self, row: Row) -> bool:
+        """Whether the decoded generation holds one of the row's stop strings. Any earlier
+        occurrence would have ended the row, so only the tail that the last token completes is
+        decoded: as many tokens as the longest stop string has characters, plus a margin (the
+        whole generation when the tail decodes to too few characters)."""
+        longest = max(len(stop) for stop in row.sampling.stop)
+        tail = row.ids[-(longest + STOP_MARGIN):]
+        text = self.tokenizer.decode(tail, skip_special_tokens=False)
+        if len(tail) < len(row.ids) and len(text) <= longest:
+            text = self.tokenizer.decode(row.ids, skip_special_tokens=False)
+        return any(stop in text for stop in row.sampling.stop)
+
+    def _record(self, row: Row, token: int, log_prob: float) -> bool:
+        """Append a sampled token to `row`; hand its `Generation` to `done` if it finished.
+        Whether the row keeps running."""
+        row.ids.append(token)
+        row.log_probs.append(log_prob)
+        reason = self._finish_reason(row, token)
+        if reason is not None:
+            self.stats.tokens += len(row.ids)
+            self.done(row.key, Generation(tuple(row.ids), tuple(row.log_probs), reason))
+        return reason is None
 
     def _sample(self, logits: torch.Tensor, rows: Sequence[Row]) -> tuple[torch.Tensor, list[int]]:
         """Sample one token per row, record it; (tokens, indices of rows still running)."""
         logits = logits.float()
         tokens = sample_tokens(logits, [r.sampling for r in rows], self.generator)
-        chosen = torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None])[:, 0].tolist()
-        keep = []
-        for k, row in enumerate(rows):
-            token = int(tokens[k])
-            row.ids.append(token)
-            row.log_probs.append(chosen[k])
-            reason = self._finish_reason(row, token)
-            if reason is None:
-                keep.append(k)
-            else:
-                self.stats.tokens += len(row.ids)
-                self.done(row.key, Generation(tuple(row.ids), tuple(row.log_probs), reason))
-        return tokens, keep
+        chosen = torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None])[:, 0]
+        ids, log_probs = torch.stack((tokens.double(), chosen.double())).tolist()  # one copy
+        return tokens, [k for k, row in enumerate(rows)
+                        if self._record(row, int(ids[k]), log_probs[k])]
 
     def _remember(self, row: Row, layers: list[tuple[torch.Tensor, torch.Tensor]],
                   mask: torch.Tensor, k: int) -> None:
@@ -167,9 +198,10 @@ class Decoder:
         reused = [self.prefixes.lookup(p) if self.prefixes else (0, None) for p in prompts]
         inputs = assemble_prefill(prompts, reused, self.pad_id, self.device)
         cache = GrowingCache.from_layers(inputs.past or [])
-        out = self.model(input_ids=inputs.input_ids, attention_mask=inputs.attention_mask,
-                         position_ids=inputs.position_ids, use_cache=True, logits_to_keep=1,
-                         **{self.cache_name: cache})
+        with sdpa_kernel(PREFILL_ATTENTION):
+            out = self.model(input_ids=inputs.input_ids, attention_mask=inputs.attention_mask,
+                             position_ids=inputs.position_ids, use_cache=True, logits_to_keep=1,
+                             **{self.cache_name: cache})
         return out, inputs, cache
 
     def _warm_shared_prefixes(self, prompts: Sequence[list[int]]) -> None:
@@ -192,7 +224,7 @@ class Decoder:
     def admit(self, requests: Sequence[tuple[Any, list[int], SamplingParams]]) -> None:
         """Encode `requests` (key, prompt ids, sampling), sample their first token, join them."""
         started = time.perf_counter()
-        self.model.eval()
+        ensure_eval(self.model)
         prompts = [prompt for _, prompt, _ in requests]
         self._warm_shared_prefixes(prompts)
         out, inputs, cache = self._prefill(prompts)
@@ -208,6 +240,7 @@ class Decoder:
         self.stats.admissions += 1
         self.stats.requests += len(requests)
         self.stats.busy_s += time.perf_counter() - started
+        self.stats.admit_s += time.perf_counter() - started
 
     def _retire(self, rows: Sequence[Row], keep: Sequence[int],
                 layers: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor) -> None:
@@ -239,7 +272,7 @@ class Decoder:
     def step(self) -> None:
         """Feed every row its last token, sample the next, retire finished rows."""
         started = time.perf_counter()
-        self.model.eval()
+        ensure_eval(self.model)
         self.mask = torch.cat([self.mask, self.mask.new_ones((len(self.rows), 1))], dim=1)
         self.positions = self.positions + 1
         out = self.model(input_ids=self.tokens[:, None], attention_mask=self.mask,
@@ -269,3 +302,9 @@ def _left_pad(tensor: torch.Tensor, width: int) -> torch.Tensor:
     shape = list(tensor.shape)
     shape[dim] = missing
     return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
+
+
+def ensure_eval(model: torch.nn.Module) -> None:
+    """`model.eval()` unless it already is (the recursive call costs ~0.2 ms per step)."""
+    if model.training:
+        model.eval()

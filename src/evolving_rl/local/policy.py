@@ -16,6 +16,12 @@ encode only their new observation block). The model is shared with the trainer: 
 while a rollout generates, and call `weights_changed` after every optimiser step so that no KV
 computed with the old weights is reused. On CPU the model's linear layers decode with transposed
 weight copies (`evolving_rl.local.linear_layout`), rebuilt after each weight update.
+
+`decode_backend` picks the decoder: "dynamic" (`Decoder`: a KV cache that grows with the batch,
+the CPU path), "static" (`StaticDecoder`: `max_batch` pre-allocated KV slots of `static_tokens`
+tokens, device-side sampling, one host sync per step, CUDA-graph replay on a GPU) or "auto"
+(static on CUDA, dynamic elsewhere). The static engine and its captured graphs live as long as
+the policy.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ from evolving_rl.clients.policy import FinishReason, Generation, PolicyError, Sa
 from evolving_rl.local.decoder import Decoder, DecodeStats
 from evolving_rl.local.kv_cache import PrefixCache, full_attention_only
 from evolving_rl.local.linear_layout import use_transposed_weights
+from evolving_rl.local.slot_engine import SlotEngine
+from evolving_rl.local.static_decode import StaticDecoder
 
 logger = logging.getLogger(__name__)
 
@@ -74,10 +82,17 @@ class LocalPolicy:
     """`PolicyClient` over an in-process HF causal LM, with continuous batching."""
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, *, max_batch: int = 8,
-                 window_s: float = 0.02, seed: int = 0, prefix_entries: int = 0) -> None:
+                 window_s: float = 0.02, seed: int = 0, prefix_entries: int = 0,
+                 decode_backend: str = "auto", static_tokens: int = 4096) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.max_batch, self.window_s = max_batch, window_s
         device = next(model.parameters()).device
+        if decode_backend not in ("auto", "dynamic", "static"):
+            raise ValueError(f"decode_backend must be auto, dynamic or static: {decode_backend!r}")
+        self.static = decode_backend == "static" or (
+            decode_backend == "auto" and device.type == "cuda")
+        self.static_tokens = static_tokens
+        self._engine: SlotEngine | None = None
         if device.type == "cpu":
             use_transposed_weights(model)
         self.generator = torch.Generator(device=device).manual_seed(seed)
@@ -93,9 +108,17 @@ class LocalPolicy:
         self._thread: threading.Thread | None = None
         self._stopping = False
 
-    def _decoder(self, done: Any) -> Decoder:
-        return Decoder(self.model, self.tokenizer, self._eos, self.generator, self.prefixes,
-                       self._cache_name, done)
+    def make_decoder(self, done: Any) -> Decoder:
+        """A fresh decoder of this policy's model and engine (tests, benchmarks); `done(key,
+        generation)` receives each finished row."""
+        args = (self.model, self.tokenizer, self._eos, self.generator, self.prefixes,
+                self._cache_name, done)
+        if not self.static:
+            return Decoder(*args)
+        if self._engine is None:
+            self._engine = SlotEngine(self.model, self._cache_name, self.max_batch,
+                                      self.static_tokens, graphs=True)
+        return StaticDecoder(*args, engine=self._engine)
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         if sampling.max_new_tokens <= 0:
@@ -131,7 +154,7 @@ class LocalPolicy:
 
     def _serve(self) -> None:
         """The engine thread: admit pending requests at step boundaries, decode, repeat."""
-        decoder = self._decoder(lambda request, generation: request.loop.call_soon_threadsafe(
+        decoder = self.make_decoder(lambda request, generation: request.loop.call_soon_threadsafe(
             _resolve, request.future, generation))
         while (taken := self._next_requests(len(decoder))) is not None:
             try:
@@ -144,7 +167,7 @@ class LocalPolicy:
                 failed = PolicyError(str(error))
                 for request in [*taken, *(row.key for row in decoder.rows)]:
                     request.loop.call_soon_threadsafe(_reject, request.future, failed)
-                decoder = self._decoder(decoder.done)
+                decoder = self.make_decoder(decoder.done)
             self._add_stats(decoder)
         for row in decoder.rows:  # stopped mid-decode: nobody will resolve these
             row.key.loop.call_soon_threadsafe(row.key.future.cancel)
@@ -159,11 +182,15 @@ class LocalPolicy:
                        samplings: Sequence[SamplingParams]) -> list[Generation]:
         """Decode `prompts` together, synchronously; one `Generation` per prompt, in order."""
         results: dict[int, Generation] = {}
-        decoder = self._decoder(results.__setitem__)
-        decoder.admit([(i, list(p), s) for i, (p, s) in enumerate(
-            zip(prompts, samplings, strict=True))])
-        while len(decoder):
-            decoder.step()
+        decoder = self.make_decoder(results.__setitem__)
+        queue = [(i, list(p), s) for i, (p, s) in enumerate(zip(prompts, samplings, strict=True))]
+        limit = self.max_batch if self.static else len(queue)  # static: one slot per row
+        while queue or len(decoder):
+            if queue and len(decoder) < limit:
+                taken, queue = queue[:limit - len(decoder)], queue[limit - len(decoder):]
+                decoder.admit(taken)
+            if len(decoder):
+                decoder.step()
         self._add_stats(decoder)
         return [results[i] for i in range(len(prompts))]
 
@@ -174,6 +201,7 @@ class LocalPolicy:
                "policy/requests": float(stats.requests), "policy/decode_steps": float(stats.steps),
                "policy/rows_per_step": stats.step_rows / stats.steps if stats.steps else 0.0,
                "policy/new_tokens": float(stats.tokens), "policy/busy_s": stats.busy_s,
+               "policy/admit_s": stats.admit_s,
                "policy/shared_prefix_tokens": float(stats.shared_prefix_tokens)}
         if self.prefixes is not None:
             out["policy/prefix_hits"] = float(self.prefixes.hits)
