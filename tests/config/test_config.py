@@ -57,6 +57,8 @@ def test_defaults_bind_loopback() -> None:
         ("pipeline: {nskills: 4}", "pipeline.nskills", "unknown key"),
         ("bogus: 1", "bogus", "unknown key"),
         ("environment: webshop", "environment", "one of"),
+        ("pipeline: {method: grpo}", "pipeline.method", "one of"),
+        ("run: {tensorboard: 1}", "run.tensorboard", "bool"),
         ("sampling: {solver: {top_p: 0}}", "sampling.solver.top_p", "> 0"),
         ("loss: {kl_coef: {solver: -1}}", "loss.kl_coef.solver", ">= 0"),
         ("loss: {kl_coef: {critic: 1}}", "loss.kl_coef.critic", "unknown key"),
@@ -130,3 +132,11 @@ def test_audit_settings_reach_the_core_config() -> None:
                                   "ngram_check": True, "min_unique_ngram_ratio": 0.5}})
     assert _audit_config(cfg) == AuditConfig(max_char_run=5, min_line_share=0.25,
                                              ngram_check=True, min_unique_ngram_ratio=0.5)
+
+
+def test_method_and_tensorboard_switches() -> None:
+    default = parse_config({})
+    assert default.pipeline.method == "evolving" and default.run.tensorboard is True
+    cfg = load_config(ROOT / "configs/alfworld.yaml",
+                      overrides=["pipeline.method=grpo_baseline", "run.tensorboard=false"])
+    assert cfg.pipeline.method == "grpo_baseline" and cfg.run.tensorboard is False

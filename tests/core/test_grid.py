@@ -4,7 +4,13 @@ import itertools
 
 import pytest
 
-from evolving_rl.core.grid import Cell, Grid, extractor_group_id, solver_group_id
+from evolving_rl.core.grid import (
+    Cell,
+    Grid,
+    baseline_group_id,
+    extractor_group_id,
+    solver_group_id,
+)
 
 SHAPES = [(1, 1, 1), (8, 4, 1), (3, 2, 5), (2, 5, 3), (1, 4, 2), (4, 1, 1)]
 
@@ -122,3 +128,15 @@ def test_solver_group_ids_aligned_with_flat_index():
     for k in range(grid.top_k):
         members = [i for i, gid in enumerate(ids) if gid == f"solver/src/{k}"]
         assert tuple(members) == grid.task_episodes(k)
+
+
+def test_baseline_group_is_one_per_source_and_never_a_solver_group():
+    assert baseline_group_id("0:t1") == "baseline/0:t1"
+    assert baseline_group_id("0:t1") != baseline_group_id("1:t1")
+    ids = {solver_group_id(source, k) for source in ("a", "a/0", "baseline") for k in range(3)}
+    assert not ids & {baseline_group_id(s) for s in ("a", "a/0", "0", "baseline")}
+
+
+@pytest.mark.parametrize(("n", "k", "r", "episodes"), [(1, 1, 1, 2), (3, 2, 2, 13), (8, 4, 1, 33)])
+def test_solver_episodes_per_source_counts_source_and_grid(n, k, r, episodes):
+    assert Grid(n, k, r).solver_episodes_per_source == episodes

@@ -112,6 +112,7 @@ def test_main_job_on_a_fresh_data_folder(tmp_path):
     kinds = [json.loads(line)["kind"] for line in (run / "metrics.jsonl").open()]
     assert kinds == ["eval", "train", "eval"]
     assert (run / "rewards.png").is_file() and (run / "summary.txt").is_file()
+    assert any((run / "tensorboard").glob("events.out.tfevents.*"))  # run.tensorboard: default
     recorded = load_config(run / "config.yaml")
     assert recorded.local.train_steps == 1 and recorded.run.output_dir == str(run)
     assert (run / "checkpoints" / "step_0001" / "config.json").is_file()

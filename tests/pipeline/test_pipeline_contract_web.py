@@ -10,7 +10,8 @@ prompts get skills of `tests/fakes/scripted.SKILLS`. Checks token/mask/log-prob 
 ids under both `pipeline.solver_grouping` values, advantages recomputed with the core and role
 weights, retrieval never returning the source task, step rewards equal to the server's verdicts,
 extractor rewards equal to the mean fraction of correct steps per downstream episode, unreadable
-replies counted and judged wrong steps, and an env server killed mid-rollout.
+replies counted and judged wrong steps, an env server killed mid-rollout, and the plain GRPO
+baseline's skill-free per-step samples grouped by source task and step.
 """
 
 from __future__ import annotations
@@ -38,13 +39,24 @@ from env.mind2web.server import pid_file
 from env.retrieval.launcher import start_retrieval_server, stop_retrieval_server
 from evolving_rl.clients.policy import SGLangPolicyClient
 from evolving_rl.config import Config, load_config
-from evolving_rl.core.grid import extractor_group_id, solver_group_id, step_group_id
+from evolving_rl.core.grid import (
+    baseline_group_id,
+    extractor_group_id,
+    solver_group_id,
+    step_group_id,
+)
 from evolving_rl.core.grpo import group_advantages
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import TrainSample
 from evolving_rl.pipeline.context import build_context
 from evolving_rl.pipeline.rollout import RolloutOutcome, run_training_rollout
-from tests.fakes.scripted import SKILLS, ActsAtCall, skill_responder, token_log_prob
+from tests.fakes.scripted import (
+    EXTRACTOR_MARKER,
+    SKILLS,
+    ActsAtCall,
+    skill_responder,
+    token_log_prob,
+)
 from tests.fakes.sglang_server import FakeSGLang
 from tests.fakes.tokenizer import ByteChatTokenizer
 from tests.fakes.web import WRONG_AT, GoldPlay, WebSolver, gold_book
@@ -239,3 +251,27 @@ def test_env_server_killed_mid_rollout_is_a_status_not_a_hang(web_world, tmp_pat
     errors = sum(v for k, v in outcome.metrics.items() if k.endswith("/status/env_error"))
     assert errors >= 1
     assert all(s.status.trainable for s in outcome.samples)
+
+
+def test_grpo_baseline_plays_skill_free_per_step_samples_grouped_by_step(web_world):
+    cfg = _with_pipeline(web_world.cfg, method="grpo_baseline", solver_grouping="step_index")
+    rows = web_world.train_rows[:2]
+    solver = WebSolver(web_world.book)
+    prompts: list[str] = []
+    outcome, fake, ctx = _run(cfg, lambda prompt: prompts.append(prompt) or solver(prompt), rows)
+    assert solver.misses == [] and not any(EXTRACTOR_MARKER in p for p in prompts)
+    assert ctx.library.load() == []
+    _check_alignment(outcome, fake, cfg)
+    g = 1 + cfg.pipeline.n_skills * cfg.pipeline.top_k * cfg.pipeline.n_repeats
+    assert outcome.metrics["solver/episodes"] == g * len(rows)
+    questions = {row["id"]: row["question"] for row in web_world.train_rows}
+    for position, row in enumerate(rows):
+        members = [s for s in outcome.samples if s.metadata["source_id"] == row["id"]]
+        played = min(WRONG_AT + 1, len(web_world.book[questions[row["id"]]]))
+        assert len(members) == g * played and all(s.role is Role.SOLVER for s in members)
+        for sample in members:
+            step = sample.metadata["step_index"]
+            assert sample.group_id == step_group_id(baseline_group_id(f"{position}:{row['id']}"),
+                                                    step)
+            assert sample.reward == float(solver.expected_correct(False, step))
+            assert sample.advantage == 0.0  # every episode of a step group played it alike

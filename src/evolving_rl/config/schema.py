@@ -65,6 +65,11 @@ class PipelineConfig:
     # The skill the extractor writes (`core.skill.SkillFormat`): the paper's schema and card,
     # or five fields for small models.
     skill_format: Literal["reference", "compact"] = "reference"
+    # "evolving" = the four-stage method; "grpo_baseline" = plain GRPO on the solver (no
+    # retrieval, extraction or skills): each source task is played G = 1 + n_skills * top_k *
+    # n_repeats times without a skill (the full method's solver episodes per source task: one
+    # source episode plus the downstream grid), one GRPO group per source task.
+    method: Literal["evolving", "grpo_baseline"] = "evolving"
 
     def validate(self) -> None:
         if self.max_turn_tokens >= self.max_context_tokens:
@@ -296,6 +301,9 @@ class RunConfig:
 
     output_dir: str = "runs/default"
     seed: int = 0
+    # The local job also writes its metrics as TensorBoard scalars under `<run>/tensorboard/`
+    # (skipped with a warning when the `tensorboard` package is missing).
+    tensorboard: bool = True
 
 
 @dataclass(frozen=True)

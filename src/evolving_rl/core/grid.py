@@ -5,7 +5,8 @@ downstream episodes. Flat order is skill-major: idx = (n * K + k) * R + r, so th
 of one skill are contiguous. GRPO groups (docs/design.md §4.1): the extractor group is the N
 skills of one source task; the solver group for retrieved task k is its N*R episodes across
 skills (same task, different skills); the optional source-episode samples form one solver group
-per rollout (`SOURCE_GROUP_ID`); with one sample per step (Mind2Web) and step-index grouping,
+per rollout (`SOURCE_GROUP_ID`); the plain GRPO baseline has one solver group per source task
+(`baseline_group_id`); with one sample per step (Mind2Web) and step-index grouping,
 each of these groups splits by step index (`step_group_id`). Samples carry a group's id; GRPO
 groups them by `GroupKey`, the id with its role, so that group statistics know their role
 without reading the id.
@@ -89,6 +90,12 @@ class Grid:
             for repeat in range(self.n_repeats)
         )
 
+    @property
+    def solver_episodes_per_source(self) -> int:
+        """Solver episodes the full method plays per source task: the source episode and the
+        N*K*R downstream ones (the plain GRPO baseline's group size)."""
+        return 1 + self.size
+
     def solver_group_ids(self, source_id: str) -> tuple[str, ...]:
         """The solver group id of every flat index, for source task `source_id`."""
         return tuple(solver_group_id(source_id, cell.task) for cell in self.cells())
@@ -107,6 +114,14 @@ def solver_group_id(source_id: str, task: int) -> str:
     if isinstance(task, bool) or not isinstance(task, int) or task < 0:
         raise ValueError(f"task must be an int >= 0, got {task!r}")
     return f"solver/{source_id}/{task}"
+
+
+def baseline_group_id(source_id: str) -> str:
+    """Group of the G solver episodes of one source task under `pipeline.method: grpo_baseline`.
+
+    Its own prefix: never equal to a `solver_group_id`, whatever the source id.
+    """
+    return f"baseline/{source_id}"
 
 
 def step_group_id(group_id: str, step: int) -> str:

@@ -56,7 +56,9 @@ def summary(result: JobResult, wall_s: float) -> str:
              _eval_line("before", result.before), _eval_line("after", result.after),
              "Training:"]
     lines += [_train_line(record) for record in result.train]
-    lines += [f"Outputs in {result.run_dir}: metrics.jsonl, skill_library.jsonl, "
+    written = [name for name in ("metrics.jsonl", "skill_library.jsonl", "tensorboard/")
+               if (result.run_dir / name).exists()]  # the baseline writes no skill library
+    lines += [f"Outputs in {result.run_dir}: {', '.join(written)}, "
               f"{result.plot.name if result.plot else '(no plot)'}",
               f"Checkpoint: {result.checkpoint}"]
     return "\n".join(lines)

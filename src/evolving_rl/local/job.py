@@ -15,8 +15,10 @@ Owns the sequence and nothing of what each stage does:
 5. training — evaluation on the entry's held-out split before, `local.train_steps` rollouts of
    the four-stage pipeline with the in-process policy, one GRPO step each, evaluation after,
    checkpoint, plot.
-Every record goes to `<run>/metrics.jsonl`; skills to `<run>/skill_library.jsonl`; the validated
-config the run used (overrides applied) to `<run>/config.yaml`.
+Every record goes to `<run>/metrics.jsonl` (its numbers also to TensorBoard event files under
+`<run>/tensorboard/` with `run.tensorboard`, and to W&B when configured: `local.scalars`);
+skills to `<run>/skill_library.jsonl`; the validated config the run used (overrides applied) to
+`<run>/config.yaml`.
 
 A config whose trained roles sample at top-p < 1 is refused before any stage (`check_sampling`):
 the in-process decoder samples from the nucleus but returns, and the trainer recomputes, log-probs
@@ -31,6 +33,7 @@ import contextlib
 import importlib
 import logging
 import random
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -50,6 +53,7 @@ from evolving_rl.local.metrics import MetricsLog, group_variance
 from evolving_rl.local.model import load_model, load_tokenizer, resolve_model_path
 from evolving_rl.local.plots import plot_run
 from evolving_rl.local.policy import LocalPolicy
+from evolving_rl.local.scalars import TENSORBOARD_DIR, open_sinks
 from evolving_rl.local.trainer import GRPOTrainer, seed_everything
 from evolving_rl.pipeline.context import PipelineContext, build_context, make_adapter
 from evolving_rl.pipeline.evaluation import run_eval
@@ -208,7 +212,8 @@ def _maybe_checkpoint(cfg: Config, models: Models, result: JobResult, final: boo
         logger.info("checkpoint %s", result.checkpoint)
 
 
-RUN_FILES = ("config.yaml", "metrics.jsonl", "skill_library.jsonl", "summary.txt", "rewards.png")
+RUN_FILES = ("config.yaml", "metrics.jsonl", "skill_library.jsonl", "summary.txt", "rewards.png",
+             TENSORBOARD_DIR)
 
 
 def write_run_config(cfg: Config, run_dir: Path) -> Path:
@@ -226,6 +231,8 @@ def archive_previous_run(run_dir: Path) -> None:
     archive = run_dir / "previous"
     archive.mkdir(exist_ok=True)
     for path in present:
+        if (archive / path.name).is_dir():
+            shutil.rmtree(archive / path.name)  # an older archive's event files
         path.replace(archive / path.name)
     logger.info("moved the previous run's logs of %s to %s", run_dir, archive)
 
@@ -252,7 +259,7 @@ def run_job(cfg: Config) -> JobResult:
     write_run_config(cfg, result.run_dir)
     seed_everything(cfg.run.seed)
     torch.set_num_threads(cfg.local.torch_threads)
-    log = MetricsLog.in_run_dir(result.run_dir)
+    log = MetricsLog.in_run_dir(result.run_dir, open_sinks(result.run_dir, cfg.run.tensorboard))
     with timed(result, "data"):
         services.prepare_data(cfg)
     with timed(result, "retrieval_cache"):
@@ -262,6 +269,7 @@ def run_job(cfg: Config) -> JobResult:
     with contextlib.ExitStack() as stack:
         with timed(result, "servers_start"):
             stack.enter_context(servers(cfg))
+        stack.callback(log.close)
         asyncio.run(train_and_evaluate(cfg, models, log, result))
     with timed(result, "checkpoint"):
         _maybe_checkpoint(cfg, models, result, final=True)

@@ -1,8 +1,9 @@
 """The metrics log of a local run: one JSON object per line, appended as the run goes.
 
 Owns `MetricsLog` (append records of a kind — "eval", "train" — with a step number and a wall
-time stamp; read them back) and the few derived numbers the summary and the plot use
-(`group_variance`: did rewards vary inside the GRPO groups of a step).
+time stamp, mirrored to TensorBoard / W&B by `local.scalars`; read them back) and the few
+derived numbers the summary and the plot use (`group_variance`: did rewards vary inside the GRPO
+groups of a step).
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from evolving_rl.local.scalars import ScalarSink, scalar_values
 
 FILE_NAME = "metrics.jsonl"
 
@@ -29,23 +32,34 @@ def _plain(value: Any) -> Any:
 
 
 class MetricsLog:
-    """Append-only JSONL of run records: {"kind", "step", "time_s", **metrics}."""
+    """Append-only JSONL of run records: {"kind", "step", "time_s", **metrics}; each record's
+    numbers also go to the scalar `sinks` (`local.scalars`) as `<kind>/<metric>` at its step."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, sinks: Sequence[ScalarSink] = ()) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.sinks = list(sinks)
         self._started = time.perf_counter()
 
     @classmethod
-    def in_run_dir(cls, run_dir: str | Path) -> MetricsLog:
-        return cls(Path(run_dir) / FILE_NAME)
+    def in_run_dir(cls, run_dir: str | Path, sinks: Sequence[ScalarSink] = ()) -> MetricsLog:
+        return cls(Path(run_dir) / FILE_NAME, sinks)
 
     def write(self, kind: str, step: int, metrics: Mapping[str, Any]) -> dict[str, Any]:
         record = {"kind": kind, "step": step,
                   "time_s": round(time.perf_counter() - self._started, 3), **_plain(metrics)}
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(record, sort_keys=True) + "\n")
+        values = scalar_values(kind, _plain(metrics))
+        for sink in self.sinks:
+            sink.add(step, values)
         return record
+
+    def close(self) -> None:
+        """Close the scalar sinks (the JSONL is closed after every write)."""
+        for sink in self.sinks:
+            sink.close()
+        self.sinks = []
 
     def read(self, kind: str | None = None) -> list[dict[str, Any]]:
         if not self.path.is_file():

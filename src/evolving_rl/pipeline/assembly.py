@@ -13,7 +13,8 @@ solver samples that carry a `step_index` (one sample per step: Mind2Web) form on
 step index within those groups (`core.grid.step_group_id`). An extractor sample's response is
 its one generation, so it carries that generation's top-p nucleus as is (None without
 replay); solver samples carry their trace's response-aligned one (`EpisodeTrace.nucleus`). Also
-builds the skill-library records.
+builds the skill-library records. `episode_samples` and `finalize` (advantages over candidates)
+also serve the plain GRPO baseline (`pipeline.baseline`).
 """
 
 from __future__ import annotations
@@ -55,8 +56,12 @@ class Assembled:
     extractor_rewards: list[tuple[SourceUnit, Extraction, ExtractorReward]]
     records: list[SkillRecord]
 
+    @classmethod
+    def empty(cls) -> Assembled:
+        return cls([], [], group_advantages([], []), [], [])
 
-def _episode_samples(ctx: PipelineContext, result: EpisodeResult, group_id: str,
+
+def episode_samples(ctx: PipelineContext, result: EpisodeResult, group_id: str,
                      metadata: dict) -> list[TrainSample]:
     if result.trace is None:
         return []
@@ -121,7 +126,7 @@ def _unit_samples(ctx: PipelineContext, unit: SourceUnit, grid: Grid, tag: str,
     base = {"rollout": tag, "source_id": unit.task.id}
     for index, result in sorted(unit.downstream.items()):
         cell = grid.coords(index)
-        out.candidates += _episode_samples(
+        out.candidates += episode_samples(
             ctx, result, solver_group_id(unit.key, cell.task),
             {**base, "skill_index": cell.skill, "retrieved_rank": cell.task,
              "repeat": cell.repeat})
@@ -137,15 +142,20 @@ def _unit_samples(ctx: PipelineContext, unit: SourceUnit, grid: Grid, tag: str,
         out.candidates += _extractor_sample(unit, extraction, reward, base)
         out.records.append(_record(unit, extraction, reward, grid, tag))
     if ctx.cfg.pipeline.train_on_source_episode:
-        out.candidates += _episode_samples(ctx, unit.source, SOURCE_GROUP_ID,
+        out.candidates += episode_samples(ctx, unit.source, SOURCE_GROUP_ID,
                                            {**base, "source_episode": True})
 
 
 def assemble(ctx: PipelineContext, units: list[SourceUnit], grid: Grid, tag: str) -> Assembled:
     """Samples with advantages for one rollout (rules in the module docstring)."""
-    out = Assembled([], [], group_advantages([], []), [], [])
+    out = Assembled.empty()
     for unit in units:
         _unit_samples(ctx, unit, grid, tag, out)
+    return finalize(ctx, out)
+
+
+def finalize(ctx: PipelineContext, out: Assembled) -> Assembled:
+    """Group advantages and role weights over `out.candidates`; keeps the samples that train."""
     candidates = [s for s in out.candidates if s.response_length > 0]
     rewards = [s.reward if s.status.trainable else None for s in candidates]
     settings = ctx.rewards

@@ -2,7 +2,8 @@
 
 Owns `StageTimes` (walls of the source and downstream stages and the downstream overlap: the
 downstream stage's wall over the sequential sum of its episode durations) and
-`rollout_metrics`, a flat `dict[str, float]` that both backends log as is.
+`rollout_metrics`, a flat `dict[str, float]` that both backends log as is (`baseline_metrics`:
+the same names for the plain GRPO baseline).
 """
 
 from __future__ import annotations
@@ -90,17 +91,20 @@ def _extractor_metrics(assembled: Assembled) -> dict[str, float]:
     return out
 
 
-def _per_task_type(units: list[SourceUnit], assembled: Assembled) -> dict[str, float]:
+def _solver_by_type(results: list[EpisodeResult]) -> dict[str, float]:
     solver: dict[str, list[float]] = defaultdict(list)
-    for unit in units:
-        for result in unit.downstream.values():
-            if result.score is not None:
-                solver[result.task.task_type].append(float(result.success))
+    for result in results:
+        if result.score is not None:
+            solver[result.task.task_type].append(float(result.success))
+    return {f"task_type/{t}/solver_success": _mean(v) for t, v in solver.items()}
+
+
+def _per_task_type(units: list[SourceUnit], assembled: Assembled) -> dict[str, float]:
+    out = _solver_by_type([r for u in units for r in u.downstream.values()])
     extractor: dict[str, list[float]] = defaultdict(list)
     for unit, _, reward in assembled.extractor_rewards:
         if reward.value is not None:
             extractor[unit.task.task_type].append(reward.value)
-    out = {f"task_type/{t}/solver_success": _mean(v) for t, v in solver.items()}
     out.update({f"task_type/{t}/extractor_reward": _mean(v) for t, v in extractor.items()})
     return out
 
@@ -140,4 +144,18 @@ def rollout_metrics(units: list[SourceUnit], assembled: Assembled, clock: IOCloc
         sum(1 for u in units for t in u.retrieved if t.id == u.task.id))
     out.update(clock.metrics(stages.wall_s))
     out.update(stages.metrics())
+    return out
+
+
+def baseline_metrics(n_sources: int, results: list[EpisodeResult], assembled: Assembled,
+                     clock: IOClock, wall_s: float) -> dict[str, float]:
+    """The plain GRPO baseline's metrics: its solver episodes under the full method's solver
+    names (`solver/...`, `groups/solver/...`), so that summaries and plots read both alike; its
+    episodes are timed as the downstream stage (no source stage)."""
+    out = {"rollout/source_tasks": float(n_sources)}
+    out.update(_episode_metrics("solver", results))
+    out.update(_solver_by_type(results))
+    out.update(_sample_metrics(assembled))
+    out.update(clock.metrics(wall_s))
+    out.update(StageTimes(wall_s, 0.0, 0.0, *_span(results)).metrics())
     return out

@@ -7,6 +7,8 @@ batch is one request, sent at the start so that it overlaps the source episodes;
 itself is excluded unless `pipeline.include_source_in_retrieval`. Episodes run under the
 context's episode semaphore and extractions under its extraction semaphore. Rewards, GRPO
 advantages and role weights are computed by the core (see `assembly`); metrics in `metrics`.
+Under `pipeline.method: grpo_baseline` the same entry point runs the plain GRPO solver baseline
+instead (`baseline`: no retrieval, no extraction, nothing added to the skill library).
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ from evolving_rl.clients.retrieval import SearchQuery
 from evolving_rl.core.grid import Grid
 from evolving_rl.core.samples import TrainSample
 from evolving_rl.domains.base import TaskSpec
-from evolving_rl.pipeline.assembly import assemble
+from evolving_rl.pipeline.assembly import Assembled, assemble
+from evolving_rl.pipeline.baseline import play_baseline
 from evolving_rl.pipeline.context import PipelineContext
 from evolving_rl.pipeline.episode import EpisodeResult, run_episode
 from evolving_rl.pipeline.extraction import extract_skills
-from evolving_rl.pipeline.metrics import StageTimes, rollout_metrics
+from evolving_rl.pipeline.metrics import StageTimes, baseline_metrics, rollout_metrics
 from evolving_rl.pipeline.timing import IOClock
 from evolving_rl.pipeline.units import Retrieved, SourceUnit
 
@@ -102,16 +105,9 @@ async def _run_source(ctx: PipelineContext, clock: IOClock, grid: Grid, position
     return unit
 
 
-async def run_training_rollout(ctx: PipelineContext, rows: Sequence[Mapping[str, Any]], *,
-                               rollout_id: int | str | None = None) -> RolloutOutcome:
-    """Run the four stages for every prepared row in `rows` (the batch's source tasks)."""
-    started = time.perf_counter()
-    clock = IOClock()
-    tag = str(rollout_id) if rollout_id is not None else time.strftime("%Y%m%dT%H%M%S")
-    pipeline = ctx.cfg.pipeline
-    grid = Grid(pipeline.n_skills, pipeline.top_k, pipeline.n_repeats)
-    tasks = [ctx.adapter.task_from_row(row) for row in rows]
-    retrieval = asyncio.ensure_future(retrieve(ctx, clock, tasks, pipeline.top_k))
+async def _evolving(ctx: PipelineContext, clock: IOClock, grid: Grid, tasks: list[TaskSpec],
+                    tag: str, started: float) -> tuple[Assembled, dict[str, float]]:
+    retrieval = asyncio.ensure_future(retrieve(ctx, clock, tasks, grid.top_k))
     try:
         units = list(await asyncio.gather(
             *(_run_source(ctx, clock, grid, i, task, retrieval) for i, task in enumerate(tasks))))
@@ -121,7 +117,28 @@ async def run_training_rollout(ctx: PipelineContext, rows: Sequence[Mapping[str,
     assembled = assemble(ctx, units, grid, tag)
     ctx.library.append(assembled.records)
     wall = time.perf_counter() - started
-    metrics = rollout_metrics(units, assembled, clock, StageTimes.of(units, wall), retrieved)
-    logger.info("rollout %s: %d samples from %d source tasks in %.1fs", tag,
-                len(assembled.samples), len(units), wall)
+    return assembled, rollout_metrics(units, assembled, clock, StageTimes.of(units, wall),
+                                      retrieved)
+
+
+async def run_training_rollout(ctx: PipelineContext, rows: Sequence[Mapping[str, Any]], *,
+                               rollout_id: int | str | None = None) -> RolloutOutcome:
+    """Run the four stages for every prepared row in `rows` (the batch's source tasks), or under
+    `pipeline.method: grpo_baseline` the plain GRPO baseline (`baseline`)."""
+    started = time.perf_counter()
+    clock = IOClock()
+    tag = str(rollout_id) if rollout_id is not None else time.strftime("%Y%m%dT%H%M%S")
+    pipeline = ctx.cfg.pipeline
+    grid = Grid(pipeline.n_skills, pipeline.top_k, pipeline.n_repeats)
+    tasks = [ctx.adapter.task_from_row(row) for row in rows]
+    if pipeline.method == "grpo_baseline":
+        assembled, results = await play_baseline(ctx, clock, tasks,
+                                                 grid.solver_episodes_per_source, tag)
+        metrics = baseline_metrics(len(tasks), results, assembled, clock,
+                                   time.perf_counter() - started)
+    else:
+        assembled, metrics = await _evolving(ctx, clock, grid, tasks, tag, started)
+    logger.info("rollout %s (%s): %d samples from %d source tasks in %.1fs", tag,
+                pipeline.method, len(assembled.samples), len(tasks),
+                time.perf_counter() - started)
     return RolloutOutcome(assembled.samples, metrics)
