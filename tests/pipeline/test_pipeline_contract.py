@@ -10,22 +10,20 @@ skill-dependent checks run in both skill formats (`pipeline.skill_format`).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
-import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
 
 from env.launch import free_port, free_port_block
-from evolving_rl.clients.policy import SGLangPolicyClient
 from evolving_rl.config import load_config
 from evolving_rl.core.grid import extractor_group_id, solver_group_id
 from evolving_rl.core.grpo import group_advantages
 from evolving_rl.core.roles import Role
 from evolving_rl.pipeline.context import build_context
 from evolving_rl.pipeline.rollout import run_training_rollout
+from tests.fakes.contract import run_contract_rollout, with_pipeline
 from tests.fakes.env import FakeEnvClient
 from tests.fakes.scripted import (
     GOOD_SKILL,
@@ -58,27 +56,9 @@ def _rows(cfg, n: int = 2) -> list[dict]:
     return rows[:n]
 
 
-async def _rollout(cfg, responder, rows, policy_wrapper=None):
-    fake = FakeSGLang(responder=responder)
-    url = await fake.start(free_port())
-    policy = SGLangPolicyClient.open(url, cfg.clients)
-    ctx = await build_context(cfg, policy_wrapper(policy) if policy_wrapper else policy,
-                              ByteChatTokenizer(), run_dir=tempfile.mkdtemp(prefix="run-"))
-    try:
-        outcome = await asyncio.wait_for(run_training_rollout(ctx, rows), ROLLOUT_TIMEOUT_S)
-    finally:
-        await ctx.close()
-        await policy.close()
-        await fake.stop()
-    return outcome, fake, ctx
-
-
 def _run(cfg, responder, rows=None, policy_wrapper=None):
-    return asyncio.run(_rollout(cfg, responder, rows or _rows(cfg), policy_wrapper))
-
-
-def _with_pipeline(cfg, **changes):
-    return dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline, **changes))
+    return run_contract_rollout(cfg, responder, rows or _rows(cfg), policy_wrapper,
+                                ROLLOUT_TIMEOUT_S)
 
 
 def test_real_retrieval_excludes_the_source_task(retrieval_server, contract_config):
@@ -110,7 +90,7 @@ def test_real_retrieval_excludes_the_source_task(retrieval_server, contract_conf
 @FORMATS
 def test_samples_are_aligned_grouped_weighted_and_never_from_the_source(real_servers,
                                                                         contract_config, fmt):
-    cfg = _with_pipeline(contract_config, skill_format=fmt)
+    cfg = with_pipeline(contract_config, skill_format=fmt)
     good = SKILLS[fmt].good
     outputs = [json.dumps(good), json.dumps({**good, "name": "Other"})]
     outcome, fake, ctx = _run(cfg, skill_responder(outputs, solver=reply_text))
@@ -164,7 +144,7 @@ def test_no_action_tag_is_sent_as_is_and_counted(real_servers, contract_config):
 @FORMATS
 def test_invalid_and_non_english_skills_get_their_statuses(real_servers, contract_config, fmt):
     outputs = ["{'name': 'not json'", json.dumps(SKILLS[fmt].chinese)]
-    cfg = _with_pipeline(contract_config, skill_format=fmt)
+    cfg = with_pipeline(contract_config, skill_format=fmt)
     outcome, _, ctx = _run(cfg, skill_responder(outputs, solver=reply_text))
     metrics = outcome.metrics
     assert metrics["extractor/reward_status/unparseable"] == 2.0
@@ -180,12 +160,12 @@ def test_invalid_and_non_english_skills_get_their_statuses(real_servers, contrac
 
 def test_context_overflow_statuses(real_servers, contract_config):
     rambling = skill_responder([json.dumps(GOOD_SKILL)], solver=lambda _: "x" * 5000)
-    cfg = _with_pipeline(contract_config, max_context_tokens=1800, max_turn_tokens=300)
+    cfg = with_pipeline(contract_config, max_context_tokens=1800, max_turn_tokens=300)
     outcome, _, _ = _run(cfg, rambling)
     assert outcome.metrics["source/status/truncated"] == 2.0
     assert all(s.metadata["stop_reason"] == "context_limit" and s.response_length > 0
                and len(s.tokens) <= 1800 for s in outcome.samples if s.role is Role.SOLVER)
-    tiny = _with_pipeline(contract_config, max_context_tokens=200, max_turn_tokens=100)
+    tiny = with_pipeline(contract_config, max_context_tokens=200, max_turn_tokens=100)
     outcome, _, _ = _run(tiny, rambling)
     assert outcome.metrics["source/status/context_overflow"] == 2.0
     assert outcome.samples == []

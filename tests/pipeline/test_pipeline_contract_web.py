@@ -16,14 +16,11 @@ baseline's skill-free per-step samples grouped by source task and step.
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +34,6 @@ from env.mind2web.generate import GenerateSpec, generate
 from env.mind2web.prepare import prepare
 from env.mind2web.server import pid_file
 from env.retrieval.launcher import start_retrieval_server, stop_retrieval_server
-from evolving_rl.clients.policy import SGLangPolicyClient
 from evolving_rl.config import Config, load_config
 from evolving_rl.core.grid import (
     baseline_group_id,
@@ -48,8 +44,8 @@ from evolving_rl.core.grid import (
 from evolving_rl.core.grpo import group_advantages
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import TrainSample
-from evolving_rl.pipeline.context import build_context
-from evolving_rl.pipeline.rollout import RolloutOutcome, run_training_rollout
+from evolving_rl.pipeline.rollout import RolloutOutcome
+from tests.fakes.contract import run_contract_rollout, with_pipeline
 from tests.fakes.scripted import (
     EXTRACTOR_MARKER,
     SKILLS,
@@ -58,7 +54,6 @@ from tests.fakes.scripted import (
     token_log_prob,
 )
 from tests.fakes.sglang_server import FakeSGLang
-from tests.fakes.tokenizer import ByteChatTokenizer
 from tests.fakes.web import WRONG_AT, GoldPlay, WebSolver, gold_book
 from tests.servers import ROOT, mind2web_server, web_contract_config_file
 
@@ -97,28 +92,8 @@ def web_world(tmp_path_factory) -> Iterator[WebWorld]:
         stop_retrieval_server(cfg)
 
 
-async def _rollout(cfg: Config, responder: Callable[[str], str], rows: list[dict],
-                   policy_wrapper=None) -> tuple[RolloutOutcome, FakeSGLang, object]:
-    fake = FakeSGLang(responder=responder)
-    url = await fake.start(free_port())
-    policy = SGLangPolicyClient.open(url, cfg.clients)
-    ctx = await build_context(cfg, policy_wrapper(policy) if policy_wrapper else policy,
-                              ByteChatTokenizer(), run_dir=tempfile.mkdtemp(prefix="run-"))
-    try:
-        outcome = await asyncio.wait_for(run_training_rollout(ctx, rows), ROLLOUT_TIMEOUT_S)
-    finally:
-        await ctx.close()
-        await policy.close()
-        await fake.stop()
-    return outcome, fake, ctx
-
-
 def _run(cfg: Config, responder, rows, policy_wrapper=None):
-    return asyncio.run(_rollout(cfg, responder, rows, policy_wrapper))
-
-
-def _with_pipeline(cfg: Config, **changes) -> Config:
-    return dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline, **changes))
+    return run_contract_rollout(cfg, responder, rows, policy_wrapper, ROLLOUT_TIMEOUT_S)
 
 
 def _skills(outputs: list[dict], solver: Callable[[str], str]):
@@ -167,7 +142,7 @@ def _solver_samples(outcome: RolloutOutcome) -> list[TrainSample]:
 
 @pytest.mark.parametrize(("grouping", "fmt"), [("task", "reference"), ("step_index", "compact")])
 def test_samples_are_aligned_grouped_weighted_and_judged_by_the_server(web_world, grouping, fmt):
-    cfg = _with_pipeline(web_world.cfg, solver_grouping=grouping, skill_format=fmt)
+    cfg = with_pipeline(web_world.cfg, solver_grouping=grouping, skill_format=fmt)
     rows = web_world.train_rows[:2]
     solver = WebSolver(web_world.book)
     skills = SKILLS[fmt]
@@ -254,7 +229,7 @@ def test_env_server_killed_mid_rollout_is_a_status_not_a_hang(web_world, tmp_pat
 
 
 def test_grpo_baseline_plays_skill_free_per_step_samples_grouped_by_step(web_world):
-    cfg = _with_pipeline(web_world.cfg, method="grpo_baseline", solver_grouping="step_index")
+    cfg = with_pipeline(web_world.cfg, method="grpo_baseline", solver_grouping="step_index")
     rows = web_world.train_rows[:2]
     solver = WebSolver(web_world.book)
     prompts: list[str] = []

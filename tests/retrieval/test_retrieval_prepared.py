@@ -16,6 +16,7 @@ from evolving_rl.retrieval.prepared import (
     read_prepared,
     read_prepared_dir,
     read_split,
+    round_robin,
     split_names,
 )
 
@@ -74,3 +75,11 @@ def test_the_prepared_dir_is_the_environments_unless_retrieval_names_one():
     cfg = parse_config({"environment": "mind2web", "retrieval": {"prepared_dir": "elsewhere"}})
     assert str(prepared_dir_for(cfg)) == "elsewhere"
     assert environment_prepared_dir(cfg) == Path(cfg.mind2web.prepared_dir)
+
+
+def test_round_robin_takes_task_types_in_turn():
+    rows = [PreparedRow(id=f"{t}{i}", question="q", prompt="q", metadata={"task_type": t})
+            for t, n in (("b", 3), ("a", 1), ("c", 2)) for i in range(n)]
+    assert [r["id"] for r in round_robin(rows, 5)] == ["a0", "b0", "c0", "b1", "c1"]
+    assert [r["id"] for r in round_robin(rows, None)] == [r.id for r in rows]
+    assert round_robin(rows, 0) == []

@@ -1,9 +1,9 @@
 """Every protocol on every split, resumable: what one `python -m evolving_rl.evaluate` run does.
 
 Owns `EvalRequest` (splits, protocols, repeats, task limit, retrieval and training splits, the
-persisted library, the output folder, whether to start the servers), `pick_rows` (a split's
-first `limit` tasks taken round-robin over task types, deterministic) and `run_evaluation`
-(its `EvalOutcome`).
+persisted library, the output folder, whether to start the servers) and `run_evaluation` (its
+`EvalOutcome`); each split's first `limit` tasks are taken round-robin over task types
+(`retrieval.prepared.round_robin`).
 Finished cases go to `<out>/cases.jsonl` as they finish (`pipeline.eval_records.CaseStore`); a
 rerun with the same request skips them, and the numbers are computed from the records alone, so
 an interrupted run, resumed, reports what an uninterrupted one would. With `start_servers`, the
@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +33,12 @@ from evolving_rl.pipeline.eval_records import CaseStore
 from evolving_rl.pipeline.eval_report import summarize
 from evolving_rl.pipeline.evaluation import EvalPlan, EvalProtocol, evaluate_cases
 from evolving_rl.pipeline.skill_library import SkillLibrary
-from evolving_rl.retrieval.prepared import PreparedRow, environment_prepared_dir, read_split
+from evolving_rl.retrieval.prepared import (
+    PreparedRow,
+    environment_prepared_dir,
+    read_split,
+    round_robin,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -65,22 +70,6 @@ class EvalRequest:
             raise ValueError("repeats must be >= 1")
         if EvalProtocol.LIBRARY in self.protocols and self.library is None:
             raise ValueError("the library protocol needs --library (a skill_library.jsonl)")
-
-
-def pick_rows(rows: Sequence[PreparedRow], limit: int | None) -> list[dict[str, Any]]:
-    """The first `limit` rows (all when None) taken round-robin over sorted task types."""
-    if limit is None:
-        return [row.as_dict() for row in rows]
-    by_type: dict[str, list[PreparedRow]] = {}
-    for row in rows:
-        by_type.setdefault(row.task_type, []).append(row)
-    queues = [list(queue) for _, queue in sorted(by_type.items())]
-    picked: list[dict[str, Any]] = []
-    while len(picked) < limit and any(queues):
-        for queue in queues:
-            if queue and len(picked) < limit:
-                picked.append(queue.pop(0).as_dict())
-    return picked
 
 
 def _split_rows(cfg: Config, split: str) -> list[PreparedRow]:
@@ -146,7 +135,7 @@ def run_evaluation(cfg: Config, spec: PolicySpec | PolicyOpener,
     yields: tests pass scripted policies); cases in `<out>/cases.jsonl`."""
     opener = (lambda: open_policy(spec, cfg)) if isinstance(spec, PolicySpec) else spec
     domain_for(cfg)  # an unregistered environment fails before anything starts
-    rows = {split: pick_rows(_split_rows(cfg, split), request.limit) for split in request.splits}
+    rows = {split: round_robin(_split_rows(cfg, split), request.limit) for split in request.splits}
     train_types = frozenset(row.task_type for row in _split_rows(cfg, request.train_split))
     request.out_dir.mkdir(parents=True, exist_ok=True)
     with _services(cfg, request.start_servers):

@@ -58,7 +58,7 @@ from evolving_rl.local.trainer import GRPOTrainer, seed_everything
 from evolving_rl.pipeline.context import PipelineContext, build_context, make_adapter
 from evolving_rl.pipeline.evaluation import run_eval
 from evolving_rl.pipeline.rollout import run_training_rollout
-from evolving_rl.retrieval.prepared import environment_prepared_dir, read_split
+from evolving_rl.retrieval.prepared import environment_prepared_dir, read_split, round_robin
 
 logger = logging.getLogger(__name__)
 
@@ -121,16 +121,8 @@ def split_rows(cfg: Config, split: str) -> list[dict[str, Any]]:
 def eval_rows(cfg: Config) -> list[dict[str, Any]]:
     """`local.n_eval_games` tasks of the environment's held-out split, taken round-robin over
     task types (deterministic)."""
-    by_type: dict[str, list[dict[str, Any]]] = {}
-    for row in read_split(environment_prepared_dir(cfg), domain_for(cfg).eval_split):
-        by_type.setdefault(row.task_type, []).append(row.as_dict())
-    queues = [rows for _, rows in sorted(by_type.items())]
-    picked: list[dict[str, Any]] = []
-    while len(picked) < cfg.local.n_eval_games and any(queues):
-        for rows in queues:
-            if rows and len(picked) < cfg.local.n_eval_games:
-                picked.append(rows.pop(0))
-    return picked
+    rows = read_split(environment_prepared_dir(cfg), domain_for(cfg).eval_split)
+    return round_robin(rows, cfg.local.n_eval_games)
 
 
 @dataclass

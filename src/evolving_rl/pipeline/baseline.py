@@ -19,23 +19,18 @@ from evolving_rl.core.grid import baseline_group_id
 from evolving_rl.domains.base import TaskSpec
 from evolving_rl.pipeline.assembly import Assembled, episode_samples, finalize
 from evolving_rl.pipeline.context import PipelineContext
-from evolving_rl.pipeline.episode import EpisodeResult, run_episode
+from evolving_rl.pipeline.episode import EpisodeResult, play
 from evolving_rl.pipeline.timing import IOClock
 
 __all__ = ["play_baseline"]
 
 
-async def _play(ctx: PipelineContext, clock: IOClock, task: TaskSpec) -> EpisodeResult:
-    async with ctx.limits.episodes:
-        return await run_episode(ctx, clock, task, None,
-                                 ctx.sampling(ctx.cfg.sampling.solver, solver=True))
-
-
 async def play_baseline(ctx: PipelineContext, clock: IOClock, tasks: Sequence[TaskSpec],
                         group_size: int, tag: str) -> tuple[Assembled, list[EpisodeResult]]:
     """Samples with advantages for the batch, and every episode played (source-major)."""
+    sampling = ctx.sampling(ctx.cfg.sampling.solver, solver=True)
     results = list(await asyncio.gather(
-        *(_play(ctx, clock, task) for task in tasks for _ in range(group_size))))
+        *(play(ctx, clock, task, None, sampling) for task in tasks for _ in range(group_size))))
     out = Assembled.empty()
     for position, task in enumerate(tasks):
         group = baseline_group_id(f"{position}:{task.id}")

@@ -1,17 +1,17 @@
 """The one episode loop, for every environment: reset, then turn by turn generate and step.
 
-Owns `EpisodeResult` and `run_episode`. The prompt is the adapter's chat-templated solver
-messages; each later turn appends the observation block (tokenised once, mask 0, log-prob 0.0)
-and then the sampled ids with their log-probs (mask 1), never re-tokenised; under top-p replay
-each reply also brings its nucleus, and observation blocks get empty spans. A configured solver
-reply prefix opens each assistant turn on the prompt side (mask 0) and is prepended to the
-decoded reply before parsing. `max_new_tokens` is
-capped per turn by the per-turn cap and by the room left in the context. An adapter with
-`step_prompts` (Mind2Web) has no dialogue history: each step is prompted afresh by its
-`solver_messages` with the current observation and recorded in `EpisodeTrace.steps` (one prompt
-and one reply each); a step prompt that does not fit the context truncates the episode. Each
-turn records the reward and info of the observation its action led to. Every way an episode
-can end is a status, never an exception:
+Owns `EpisodeResult`, `run_episode` and `play` (an episode under the context's episode semaphore:
+how the rollout, the baseline and the evaluation start one). The prompt is the adapter's
+chat-templated solver messages; each later turn appends the observation block (tokenised once, mask
+0, log-prob 0.0) and then the sampled ids with their log-probs (mask 1), never re-tokenised; under
+top-p replay each reply also brings its nucleus, and observation blocks get empty spans. A
+configured solver reply prefix opens each assistant turn on the prompt side (mask 0) and is
+prepended to the decoded reply before parsing. `max_new_tokens` is capped per turn by the per-turn
+cap and by the room left in the context. An adapter with `step_prompts` (Mind2Web) has no dialogue
+history: each step is prompted afresh by its `solver_messages` with the current observation and
+recorded in `EpisodeTrace.steps` (one prompt and one reply each); a step prompt that does not fit
+the context truncates the episode. Each turn records the reward and info of the observation its
+action led to. Every way an episode can end is a status, never an exception:
 
   COMPLETED         the environment said done (score from the environment)
   TRUNCATED         max_steps reached, or the context filled up (`stop_reason` says which; the
@@ -206,3 +206,10 @@ async def run_episode(ctx: PipelineContext, clock: IOClock, task: TaskSpec,
             await asyncio.shield(_close_episode(ctx, clock, episode_id))
     result.started_s, result.duration_s = started, time.perf_counter() - started
     return result
+
+
+async def play(ctx: PipelineContext, clock: IOClock, task: TaskSpec, skill_card: str | None,
+               sampling: SamplingParams) -> EpisodeResult:
+    """One episode under the episode semaphore."""
+    async with ctx.limits.episodes:
+        return await run_episode(ctx, clock, task, skill_card, sampling)

@@ -101,13 +101,19 @@ class CaseStore:
                 records[record.key] = record
         return records
 
+    def _torn(self) -> bool:
+        """Whether the file ends inside a line (its last byte only is read)."""
+        if not self.path.is_file() or self.path.stat().st_size == 0:
+            return False
+        with self.path.open("rb") as handle:
+            handle.seek(-1, 2)
+            return handle.read(1) != b"\n"
+
     def append(self, records: Iterable[CaseRecord]) -> None:
         lines = [json.dumps(record.to_json(), ensure_ascii=False) for record in records]
         if not lines:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        torn = self.path.is_file() and not self.path.read_bytes().endswith(b"\n")
         with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(("\n" if torn and self.path.stat().st_size else "")
-                         + "\n".join(lines) + "\n")
+            handle.write(("\n" if self._torn() else "") + "\n".join(lines) + "\n")
             handle.flush()

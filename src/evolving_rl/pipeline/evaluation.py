@@ -33,11 +33,11 @@ from evolving_rl.core.skill import render_skill_card, validate_skill
 from evolving_rl.core.strenum import StrEnum
 from evolving_rl.domains.base import TaskSpec
 from evolving_rl.pipeline.context import PipelineContext
-from evolving_rl.pipeline.episode import EpisodeResult
+from evolving_rl.pipeline.episode import EpisodeResult, play
 from evolving_rl.pipeline.eval_records import ArmRecord, CaseRecord, CaseStore
 from evolving_rl.pipeline.eval_report import summarize
 from evolving_rl.pipeline.extraction import extract_skills
-from evolving_rl.pipeline.rollout import play, retrieve
+from evolving_rl.pipeline.rollout import retrieve
 from evolving_rl.pipeline.skill_library import SkillLibrary, SkillRecord
 from evolving_rl.pipeline.timing import IOClock
 

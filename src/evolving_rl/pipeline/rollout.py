@@ -29,7 +29,7 @@ from evolving_rl.domains.base import TaskSpec
 from evolving_rl.pipeline.assembly import Assembled, assemble
 from evolving_rl.pipeline.baseline import play_baseline
 from evolving_rl.pipeline.context import PipelineContext
-from evolving_rl.pipeline.episode import EpisodeResult, run_episode
+from evolving_rl.pipeline.episode import play
 from evolving_rl.pipeline.extraction import extract_skills
 from evolving_rl.pipeline.metrics import StageTimes, baseline_metrics, rollout_metrics
 from evolving_rl.pipeline.timing import IOClock
@@ -46,13 +46,6 @@ class RolloutOutcome:
 
     samples: list[TrainSample]
     metrics: dict[str, float]
-
-
-async def play(ctx: PipelineContext, clock: IOClock, task: TaskSpec, skill_card: str | None,
-               sampling: SamplingParams) -> EpisodeResult:
-    """One episode under the episode semaphore."""
-    async with ctx.limits.episodes:
-        return await run_episode(ctx, clock, task, skill_card, sampling)
 
 
 async def retrieve(ctx: PipelineContext, clock: IOClock, tasks: Sequence[TaskSpec],

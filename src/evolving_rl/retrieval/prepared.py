@@ -6,7 +6,9 @@ of the config section named after the environment, which every environment's sec
 else that one), what one line holds (`PreparedRow`: `id`, `question`, `prompt`,
 `metadata` with `task_type`; the shape every environment's data preparation writes) and how the
 files are read, each line validated, errors naming file and line (`read_prepared`, `read_split`,
-`read_prepared_dir`). The pipeline takes rows as the JSON objects they are (`PreparedRow.as_dict`).
+`read_prepared_dir`). The pipeline takes rows as the JSON objects they are (`PreparedRow.as_dict`);
+`round_robin` picks a split's first rows over task types (the local job's and the checkpoint
+evaluation's held-out subsets).
 """
 
 from __future__ import annotations
@@ -106,3 +108,20 @@ def read_prepared_dir(prepared_dir: str | Path,
     if not names:
         raise PreparedDataError(f"no prepared <split>.jsonl files in {prepared_dir}")
     return {name: read_split(prepared_dir, name) for name in names}
+
+
+def round_robin(rows: list[PreparedRow], limit: int | None) -> list[dict[str, Any]]:
+    """The first `limit` rows (all when None) taken round-robin over sorted task types, as the
+    pipeline takes them (deterministic)."""
+    if limit is None:
+        return [row.as_dict() for row in rows]
+    by_type: dict[str, list[PreparedRow]] = {}
+    for row in rows:
+        by_type.setdefault(row.task_type, []).append(row)
+    queues = [list(queue) for _, queue in sorted(by_type.items())]
+    picked: list[dict[str, Any]] = []
+    while len(picked) < limit and any(queues):
+        for queue in queues:
+            if queue and len(picked) < limit:
+                picked.append(queue.pop(0).as_dict())
+    return picked
