@@ -1,7 +1,8 @@
 """Solver probe: how often the local policy's ALFWorld replies are admissible, per action format.
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.solver_probe [--games-per-type 4] [--episodes 4]
-        [--config configs/local_cpu.yaml] [--set section.key=value ...] [--tiny]
+        [--config configs/local_cpu.yaml] [--formats verbatim,number] [--set section.key=value ...]
+        [--tiny]
 
 Plays `--episodes` sampled solver episodes (the config's solver sampling, no skill) on the first
 `--games-per-type` train games of each `--types` task type, through the real ALFWorld router and
@@ -97,7 +98,7 @@ def probe(args: argparse.Namespace, cfg: Config) -> int:
     launch.start(cfg)
     measured = {}
     try:
-        for action_format in FORMATS:
+        for action_format in args.formats.split(","):
             variant = dataclasses.replace(cfg, alfworld=dataclasses.replace(
                 cfg.alfworld, action_format=action_format))
             measured[action_format] = out = asyncio.run(
@@ -107,9 +108,10 @@ def probe(args: argparse.Namespace, cfg: Config) -> int:
                   f"outcomes {out['varied']}/{out['groups']}")
     finally:
         launch.stop(cfg)
-    base = measured["verbatim"]["admissible"]
-    ratio = measured["number"]["admissible"] / base if base else float("inf")
-    print(f"admissible share, number / verbatim: {ratio:.1f}x")
+    if set(measured) == set(FORMATS):
+        base = measured["verbatim"]["admissible"]
+        ratio = measured["number"]["admissible"] / base if base else float("inf")
+        print(f"admissible share, number / verbatim: {ratio:.1f}x")
     return 0
 
 
@@ -118,11 +120,15 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/local_cpu.yaml")
     parser.add_argument("--types", default="look_at_obj_in_light,pick_and_place_simple")
+    parser.add_argument("--formats", default=",".join(FORMATS),
+                        help="action formats to play (the ratio needs both)")
     parser.add_argument("--games-per-type", type=int, default=4)
     parser.add_argument("--episodes", type=int, default=4, help="episodes per game")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE", help="override a config key (repeatable)")
     args = parse_with_tiny(parser, argv, TINY)
+    if not set(args.formats.split(",")) <= set(FORMATS):
+        parser.error(f"--formats takes some of {','.join(FORMATS)}")
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="solver_probe_") as logs:
         overrides = [*(TINY_OVERRIDES if args.tiny else []), *args.overrides]

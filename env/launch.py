@@ -6,6 +6,8 @@ start a server command as its own session with output to a log file, wait until 
 answers 200 (failing fast when the process dies), write/remove the server's own PID file, and
 stop a server by the PID in its PID file after checking that the PID still runs the expected
 command. Nothing here ever signals a process it cannot tie to a PID file it was given.
+A job that serves for the length of a block spawns its servers `tied_to_this_process()`, so that
+the kernel ends them when the job is killed outright (no `finally` runs on SIGKILL or OOM).
 """
 
 from __future__ import annotations
@@ -13,12 +15,15 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import ctypes
 import json
 import logging
 import os
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -35,6 +40,31 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 class LaunchError(RuntimeError):
     """A server did not come up healthy in time, or exited while starting."""
+
+
+_PR_SET_PDEATHSIG = 1
+_tied = threading.local()
+
+
+@contextlib.contextmanager
+def tied_to_this_process() -> Iterator[None]:
+    """Servers spawned by this thread inside the block get SIGTERM from the kernel when this
+    thread ends (Linux `PR_SET_PDEATHSIG`; elsewhere a no-op): a job killed outright leaves no
+    server behind. Only for a thread that outlives its servers (a job's main thread); never for
+    the launchers' `start` commands, whose servers outlive them by design."""
+    _tied.on = True
+    try:
+        yield
+    finally:
+        _tied.on = False
+
+
+_PRCTL = ctypes.CDLL(None).prctl if sys.platform == "linux" else None
+
+
+def _die_with_parent() -> None:
+    """Run in the forked child before exec: as little as possible (resolved beforehand)."""
+    _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
 
 def config_arguments(cfg: Config) -> list[str]:
@@ -174,9 +204,11 @@ def spawn_server(cmd: list[str], log_path: str | Path,
     child_env = dict(os.environ if env is None else env)
     paths = [str(REPO_ROOT), child_env.get("PYTHONPATH", "")]
     child_env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    tied = getattr(_tied, "on", False) and _PRCTL is not None
     with log_path.open("ab") as log:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=_die_with_parent if tied else None)
 
 
 def start_server(cmd: list[str], health_url: str, log_path: str | Path,

@@ -240,20 +240,27 @@ def _parse_per_type(text: str) -> int | dict[str, int]:
     return {split.strip(): int(count) for split, count in pairs}
 
 
-def _settings_from_args(args: argparse.Namespace) -> tuple[Path, GeneratorSettings]:
-    """Output root and settings: explicit flags, else the config's alfworld section."""
-    limits = RoomLimits()
+def _settings_from_args(
+        args: argparse.Namespace) -> tuple[Path, GeneratorSettings, tuple[str, ...]]:
+    """Output root, settings and task types: explicit flags, else the config's alfworld section."""
+    limits, types = RoomLimits(), TASK_TYPES
     out = args.out
     if args.config:
         cfg = load_config(args.config).alfworld
         limits = RoomLimits(cfg.generator_max_receptacles, cfg.generator_max_objects)
+        types = cfg.generator_task_types or TASK_TYPES
         out = out or cfg.data_root
     if out is None:
         raise SystemExit("error: give --out or --config")
     limits = RoomLimits(args.max_receptacles or limits.max_receptacles,
                         args.max_objects or limits.max_objects)
+    if args.types:
+        types = tuple(args.types.split(","))
+        unknown = sorted(set(types) - set(TASK_TYPES))
+        if unknown:
+            raise SystemExit(f"error: unknown task types {unknown}; expected some of {TASK_TYPES}")
     return Path(out), GeneratorSettings(args.seed, limits, args.max_attempts,
-                                        args.max_walkthrough)
+                                        args.max_walkthrough), types
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -271,12 +278,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-objects", type=int,
                         help=f"difficulty: objects per room, targets included "
                              f"(default {RoomLimits.max_objects})")
+    parser.add_argument("--types", help="comma-separated task types (default: the config's "
+                                        "alfworld.generator_task_types, else all six)")
     parser.add_argument("--max-attempts", type=int, default=GeneratorSettings.max_attempts)
     parser.add_argument("--max-walkthrough", type=int, default=GeneratorSettings.max_walkthrough)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    out, settings = _settings_from_args(args)
-    report = generate_dataset(out, args.per_type, args.seed, args.workers, settings)
+    out, settings, types = _settings_from_args(args)
+    report = generate_dataset(out, args.per_type, args.seed, args.workers, settings, types)
     for task_type, stats in sorted(report.by_type.items()):
         logger.info("%s: %s", task_type, json.dumps(stats.summary()))
     logger.info("games per split: %s; missing: %d; %.1f s", report.games_per_split,

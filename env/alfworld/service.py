@@ -2,8 +2,9 @@
 
 Owns `prepare_data(cfg)`: generate a small game set with `generate` when the data root holds no
 games (`local.games_per_type` per task type and split on `local.generator_workers` processes,
-room sizes from `alfworld.generator_*`), then (re)write the prepared splits with `prepare`; and
-`serve(cfg)`: the router + workers of `launch` for the duration of a block, stopped on any exit.
+room sizes and task types from `alfworld.generator_*`), then (re)write the prepared splits with
+`prepare`; and `serve(cfg)`: the router + workers of `launch` for the duration of a block,
+stopped on any exit.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from env.alfworld import launch
 from env.alfworld.gen_task import RoomLimits
 from env.alfworld.generate import DATA_DIR, GeneratorSettings, generate_dataset
-from env.alfworld.prepare import prepare
+from env.alfworld.prepare import TASK_TYPES, prepare
 from env.launch import serving
 from evolving_rl.config import Config
 
@@ -30,7 +31,8 @@ def prepare_data(cfg: Config) -> None:
                             cfg.alfworld.generator_max_objects)
         report = generate_dataset(root, cfg.local.games_per_type, seed=cfg.run.seed,
                                   workers=cfg.local.generator_workers,
-                                  settings=GeneratorSettings(limits=limits))
+                                  settings=GeneratorSettings(limits=limits),
+                                  task_types=cfg.alfworld.generator_task_types or TASK_TYPES)
         logger.info("generated games per split %s in %.0fs (%d missing)",
                     report.games_per_split, report.wall_seconds, report.missing)
     manifest = prepare(root, cfg.alfworld.prepared_dir)

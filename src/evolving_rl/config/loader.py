@@ -131,5 +131,10 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
 
 
 def to_dict(obj: Any) -> Any:
-    """Plain-data view of a config dataclass (for logging and slime's args namespace)."""
-    return dataclasses.asdict(obj)
+    """Plain-data view of a config dataclass (for logging, YAML and slime's args namespace):
+    tuples become lists, as YAML and `parse_config` have them."""
+    return dataclasses.asdict(obj, dict_factory=lambda items: {k: _plain(v) for k, v in items})
+
+
+def _plain(value: Any) -> Any:
+    return [_plain(v) for v in value] if isinstance(value, tuple) else value

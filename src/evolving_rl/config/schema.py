@@ -13,6 +13,11 @@ from evolving_rl.config.loader import ConfigError, bounded
 
 LOOPBACK = "127.0.0.1"
 
+#: The six ALFWorld task types (ALFRED's names; env/alfworld/prepare.py TASK_TYPES, test-checked).
+AlfworldTaskType = Literal[
+    "pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
+    "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place"]
+
 
 @dataclass(frozen=True)
 class SamplingConfig:
@@ -188,6 +193,8 @@ class AlfworldConfig:
     # objects per generated room; the task's own receptacles and targets are always kept.
     generator_max_receptacles: int = bounded(10, ge=4)
     generator_max_objects: int = bounded(8, ge=3)
+    # Task types the local job's generator writes games of (empty: all six): a curriculum knob.
+    generator_task_types: tuple[AlfworldTaskType, ...] = ()
     # How the solver is asked to answer: "verbatim" (brief reasoning, then one admissible command
     # copied verbatim: the reference prompt) or "number" (the number of one listed command: what
     # a 135M model can do; such replies need lenient action parsing).

@@ -104,10 +104,13 @@ def build_retrieval_cache(cfg: Config) -> None:
 
 @contextlib.contextmanager
 def servers(cfg: Config) -> Iterator[None]:
-    """Retrieval and environment servers for the duration of the block; stopped on any exit."""
+    """Retrieval and environment servers for the duration of the block; stopped on any exit,
+    and by the kernel if this job is killed outright (`env.launch.tied_to_this_process`)."""
+    from env.launch import tied_to_this_process
     from env.retrieval.launcher import start_retrieval_server
 
     with contextlib.ExitStack() as stack:
+        stack.enter_context(tied_to_this_process())
         stack.callback(start_retrieval_server(cfg).stop)
         stack.enter_context(env_services(cfg).serve(cfg))
         yield

@@ -1,0 +1,196 @@
+"""The aggregate of several local runs (methods x seeds): curves, held-out table, JSON.
+
+Owns `write_report(runs, out)`: reads each run's `metrics.jsonl` and writes into `out`
+- `curves.png` — per training step, mean ± std over seeds per method: success of the episodes
+  played without a skill (the full method's source episodes, the baseline's episodes), success
+  with a skill (the full method's downstream episodes), inadmissible-action fraction of the
+  no-skill episodes, skill parse rate, KL; and held-out success before/after per method and arm;
+- `comparison.md` / `comparison.json` — held-out success before and after training per method and
+  arm, and each training series' change from its first `WINDOW` steps to its last `WINDOW`,
+  as mean ± sample std over seeds, with every seed's own numbers.
+Pure reading and arithmetic; the runs themselves are `local.compare`'s.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+
+from evolving_rl.local.metrics import FILE_NAME  # noqa: E402
+
+WINDOW = 3
+#: (panel title, {method: metric key}); a method absent from a panel has no such series.
+TRAIN_PANELS: tuple[tuple[str, Mapping[str, str]], ...] = (
+    ("train success, no skill",
+     {"evolving": "source/success_rate", "grpo_baseline": "solver/success_rate"}),
+    ("train success, with skill (downstream)", {"evolving": "solver/success_rate"}),
+    ("inadmissible actions, no skill",
+     {"evolving": "source/invalid_action_fraction",
+      "grpo_baseline": "solver/invalid_action_fraction"}),
+    ("skill parse rate", {"evolving": "extractor/parse_ok_rate"}),
+    ("KL to the initial policy", {"evolving": "train/kl", "grpo_baseline": "train/kl"}),
+)
+ARMS = ("without_skill", "with_skill")
+PHASES = ("before", "after")
+
+Run = tuple[str, int, Path]
+
+
+def read_records(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / FILE_NAME
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def mean_std(values: Sequence[float]) -> tuple[float | None, float | None, int]:
+    """Mean, sample std (0 for one value) and count of the finite values."""
+    finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not finite:
+        return None, None, 0
+    std = statistics.stdev(finite) if len(finite) > 1 else 0.0
+    return statistics.fmean(finite), std, len(finite)
+
+
+def series(records: Sequence[Mapping[str, Any]], key: str) -> dict[int, float]:
+    return {int(r["step"]): float(r[key]) for r in records
+            if r.get("kind") == "train" and r.get(key) is not None}
+
+
+def held_out(records: Sequence[Mapping[str, Any]], phase: str, arm: str) -> float | None:
+    for record in records:
+        if record.get("kind") == "eval" and record.get("phase") == phase:
+            return record.get(f"eval/all/{arm}_success_mean")
+    return None
+
+
+def window_change(points: Mapping[int, float]) -> float | None:
+    """Mean of the last `WINDOW` steps minus mean of the first `WINDOW` (None if too short)."""
+    steps = sorted(points)
+    if len(steps) < 2 * WINDOW:
+        return None
+    first = statistics.fmean(points[s] for s in steps[:WINDOW])
+    return statistics.fmean(points[s] for s in steps[-WINDOW:]) - first
+
+
+def _stat(values: Sequence[float | None]) -> dict[str, Any]:
+    mean, std, n = mean_std(values)
+    return {"mean": mean, "std": std, "n": n, "per_seed": list(values)}
+
+
+Records = dict[tuple[str, int], list[dict[str, Any]]]
+
+
+def aggregate(runs: Sequence[Run]) -> tuple[dict[str, Any], Records]:
+    """Per method: held-out success per phase and arm, training-series changes, over seeds; and
+    every run's records by (method, seed)."""
+    records = {(method, seed): read_records(run_dir) for method, seed, run_dir in runs}
+    out: dict[str, Any] = {"window": WINDOW, "methods": {}}
+    for method in dict.fromkeys(method for method, _, _ in runs):
+        mine = [recs for (m, _), recs in records.items() if m == method]
+        entry: dict[str, Any] = {
+            "seeds": [seed for m, seed, _ in runs if m == method],
+            "finished": sum(1 for recs in mine if held_out(recs, "after", ARMS[0]) is not None),
+            "held_out": {f"{phase}/{arm}": _stat([held_out(recs, phase, arm) for recs in mine])
+                         for phase in PHASES for arm in ARMS},
+            "train_change": {}}
+        for title, keys in TRAIN_PANELS:
+            if method in keys:
+                entry["train_change"][title] = _stat(
+                    [window_change(series(recs, keys[method])) for recs in mine])
+        out["methods"][method] = entry
+    return out, records
+
+
+def _fmt(stat: Mapping[str, Any], percent: bool = True) -> str:
+    if stat["mean"] is None:
+        return "–"
+    scale = 100 if percent else 1
+    return f"{scale * stat['mean']:.1f} ± {scale * stat['std']:.1f}" + (
+        "" if stat["n"] > 1 else " (1 seed)")
+
+
+def render_markdown(summary: Mapping[str, Any]) -> str:
+    lines = ["## Held-out success (%), mean ± std over seeds", "",
+             "| method | seeds finished | " + " | ".join(
+                 f"{phase}, {arm.replace('_', ' ')}" for phase in PHASES for arm in ARMS) + " |",
+             "|---|---|" + "---|" * (len(PHASES) * len(ARMS))]
+    for method, entry in summary["methods"].items():
+        cells = [_fmt(entry["held_out"][f"{p}/{a}"]) for p in PHASES for a in ARMS]
+        lines.append(f"| {method} | {entry['finished']}/{len(entry['seeds'])} | "
+                     + " | ".join(cells) + " |")
+    lines += ["", f"## Training series: mean of the last {summary['window']} steps minus the "
+              f"first {summary['window']} (percentage points; KL as is)", "",
+              "| method | series | change | per seed |", "|---|---|---|---|"]
+    for method, entry in summary["methods"].items():
+        for title, stat in entry["train_change"].items():
+            percent = not title.startswith("KL")
+            per_seed = ", ".join("–" if v is None else f"{(100 if percent else 1) * v:+.3g}"
+                                 for v in stat["per_seed"])
+            lines.append(f"| {method} | {title} | {_fmt(stat, percent)} | {per_seed} |")
+    return "\n".join(lines) + "\n"
+
+
+def _band(ax: Any, per_seed: Sequence[Mapping[int, float]], label: str) -> None:
+    steps = sorted({s for points in per_seed for s in points})
+    if not steps:
+        return
+    stats = [mean_std([points.get(s) for points in per_seed]) for s in steps]
+    mean = [m for m, _, _ in stats]
+    std = [sd for _, sd, _ in stats]
+    ax.plot(steps, mean, marker=".", label=label)
+    ax.fill_between(steps, [m - sd for m, sd in zip(mean, std, strict=True)],
+                    [m + sd for m, sd in zip(mean, std, strict=True)], alpha=0.2)
+
+
+def _held_out_bars(ax: Any, summary: Mapping[str, Any]) -> None:
+    bars = [(method, arm, entry["held_out"]) for method, entry in summary["methods"].items()
+            for arm in ARMS if entry["held_out"][f"after/{arm}"]["n"]]
+    width = 0.38
+    for offset, phase in enumerate(PHASES):
+        stats = [held[f"{phase}/{arm}"] for _, arm, held in bars]
+        ax.bar([i + (offset - 0.5) * width for i in range(len(bars))],
+               [s["mean"] or 0.0 for s in stats], width, yerr=[s["std"] or 0.0 for s in stats],
+               label=phase, capsize=3)
+    ax.set_xticks(range(len(bars)), [f"{method}\n{arm.replace('_', ' ')}"
+                                     for method, arm, _ in bars], fontsize=7)
+    ax.set_title("held-out success (mean ± std over seeds)")
+    ax.legend(fontsize=8)
+
+
+def plot_curves(summary: Mapping[str, Any], records: Records, out_path: Path) -> Path:
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    for ax, (title, keys) in zip(axes.flat, TRAIN_PANELS, strict=False):
+        for method, key in keys.items():
+            per_seed = [series(recs, key) for (m, _), recs in records.items() if m == method]
+            _band(ax, per_seed, method)
+        ax.set_title(title)
+        ax.set_xlabel("training step")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    _held_out_bars(axes.flat[len(TRAIN_PANELS)], summary)
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=100)
+    plt.close(fig)
+    return out_path
+
+
+def write_report(runs: Sequence[Run], out: Path) -> Path:
+    """`comparison.md`, `comparison.json` and `curves.png` in `out`; returns the Markdown path."""
+    out.mkdir(parents=True, exist_ok=True)
+    summary, records = aggregate(runs)
+    (out / "comparison.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    plot_curves(summary, records, out / "curves.png")
+    path = out / "comparison.md"
+    path.write_text(render_markdown(summary), encoding="utf-8")
+    return path

@@ -1,0 +1,145 @@
+"""Methods x seeds of a local profile: the plan (ports, folders, overrides), the aggregate's
+arithmetic on hand-made metrics logs, the report files, and (slow) two real runs side by side."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from env.launch import free_port_block
+from evolving_rl.config import load_config
+from evolving_rl.local.compare import PORT_BLOCK, _port_fields, plan_runs, port_stride
+from evolving_rl.local.compare_report import aggregate, render_markdown, write_report
+from evolving_rl.local.metrics import MetricsLog
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _ports(run) -> set[int]:
+    return {int(item.split("=")[1]) for item in run.overrides
+            if item.split("=")[0].endswith("port")}
+
+
+def test_every_run_gets_its_own_ports_folder_and_logs(tmp_path):
+    cfg = load_config(ROOT / "configs" / "local_gpu.yaml")
+    runs = plan_runs(cfg, ["evolving", "grpo_baseline"], [0, 1, 2], tmp_path)
+    assert [(r.method, r.seed) for r in runs] == [
+        ("evolving", 0), ("evolving", 1), ("evolving", 2),
+        ("grpo_baseline", 0), ("grpo_baseline", 1), ("grpo_baseline", 2)]
+    n_workers = cfg.alfworld.n_workers
+    taken: set[int] = set()
+    for run in runs:
+        overrides = dict(item.split("=", 1) for item in run.overrides)
+        assert overrides["pipeline.method"] == run.method
+        assert overrides["run.seed"] == str(run.seed)
+        assert Path(overrides["run.output_dir"]) == tmp_path / f"{run.method}_seed{run.seed}"
+        assert overrides["alfworld.log_dir"].startswith(overrides["run.output_dir"])
+        ports = _ports(run)
+        base = int(overrides["alfworld.worker_base_port"])
+        used = ports | set(range(base, base + n_workers))
+        assert not used & taken, run
+        taken |= used
+        load_config(ROOT / "configs" / "local_gpu.yaml", list(run.overrides))  # still valid
+    assert {key for key, _ in _port_fields(cfg)} >= {"alfworld.router_port", "retrieval.port"}
+
+
+def _log(run_dir: Path, success: list[float], before: float, after: float) -> None:
+    log = MetricsLog.in_run_dir(run_dir)
+    log.write("eval", 0, {"phase": "before", "eval/all/without_skill_success_mean": before})
+    for step, value in enumerate(success, start=1):
+        log.write("train", step, {"solver/success_rate": value, "train/kl": 0.001 * step})
+    log.write("eval", len(success), {"phase": "after",
+                                      "eval/all/without_skill_success_mean": after})
+
+
+def test_aggregate_means_and_sample_stds_over_seeds(tmp_path):
+    runs = []
+    for seed, (curve, before, after) in enumerate([
+            ([0.0, 0.1, 0.2, 0.3, 0.4, 0.5], 0.1, 0.3),
+            ([0.1, 0.1, 0.1, 0.2, 0.2, 0.2], 0.1, 0.2)]):
+        run_dir = tmp_path / f"grpo_baseline_seed{seed}"
+        _log(run_dir, curve, before, after)
+        runs.append(("grpo_baseline", seed, run_dir))
+    runs.append(("grpo_baseline", 2, tmp_path / "missing"))  # a run that wrote nothing
+    summary, records = aggregate(runs)
+    entry = summary["methods"]["grpo_baseline"]
+    assert entry["finished"] == 2 and entry["seeds"] == [0, 1, 2]
+    after = entry["held_out"]["after/without_skill"]
+    assert after["n"] == 2 and after["mean"] == pytest.approx(0.25)
+    assert after["std"] == pytest.approx(statistics.stdev([0.3, 0.2]))
+    assert entry["held_out"]["after/with_skill"]["mean"] is None
+    change = entry["train_change"]["train success, no skill"]
+    assert change["per_seed"][0] == pytest.approx(0.4 - 0.1)  # last three minus first three
+    assert change["per_seed"][1] == pytest.approx(0.1)
+    assert change["per_seed"][2] is None
+    assert change["mean"] == pytest.approx(0.2)
+    assert "skill parse rate" not in entry["train_change"]  # the baseline extracts nothing
+    table = render_markdown(summary)
+    assert "| grpo_baseline | 2/3 | 10.0 ± 0.0 | – | 25.0 ± 7.1 | – |" in table
+    assert len(records[("grpo_baseline", 2)]) == 0
+
+
+def test_write_report_files(tmp_path):
+    _log(tmp_path / "a", [0.0] * 6, 0.0, 0.0)
+    _log(tmp_path / "b", [0.5] * 6, 0.5, 0.5)
+    path = write_report([("evolving", 0, tmp_path / "a"), ("grpo_baseline", 0, tmp_path / "b")],
+                        tmp_path / "out")
+    assert path.read_text().startswith("## Held-out success")
+    assert (tmp_path / "out" / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    data = json.loads((tmp_path / "out" / "comparison.json").read_text())
+    assert set(data["methods"]) == {"evolving", "grpo_baseline"}
+
+
+def test_main_refuses_an_unknown_method(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "evolving_rl.local.compare", "--methods",
+                          "evolving,ppo", "--out", str(tmp_path)], capture_output=True,
+                         text=True, cwd=ROOT, check=False)
+    assert out.returncode == 2 and "--methods takes some of" in out.stderr
+
+
+@pytest.mark.slow
+def test_two_real_runs_side_by_side(tmp_path):
+    """The GPU profile shortened to CPU size: both methods, one seed, two children at once."""
+    base = free_port_block(8)
+    overrides = {
+        "local.device": "cpu", "local.dtype": "float32", "local.torch_threads": 1,
+        "local.max_batch_generate": 8, "local.prefix_cache_entries": 32,
+        "local.gradient_checkpointing": True,
+        "alfworld.data_root": tmp_path / "data", "alfworld.prepared_dir": tmp_path / "prep",
+        "alfworld.n_workers": 1, "alfworld.router_port": base,
+        "alfworld.worker_base_port": base + 1, "retrieval.port": base + 2,
+        "retrieval.cache_path": tmp_path / "cache.npz", "retrieval.device": "cpu",
+        "local.games_per_type": 1, "local.generator_workers": 1, "local.train_steps": 1,
+        "local.n_eval_games": 1, "local.eval_repeats": 1, "pipeline.max_steps": 2,
+        "pipeline.source_tasks_per_rollout": 1, "pipeline.n_skills": 2, "pipeline.top_k": 1,
+        "sampling.extractor.max_new_tokens": 16, "sampling.eval_extractor.max_new_tokens": 16}
+    sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={value}")]
+    out = tmp_path / "compare"
+    done = subprocess.run(
+        [sys.executable, "-m", "evolving_rl.local.compare", "--config",
+         str(ROOT / "configs" / "local_gpu.yaml"), "--seeds", "0", "--parallel", "2",
+         "--out", str(out), *sets], capture_output=True, text=True, cwd=ROOT, timeout=900,
+        check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "comparison.json").read_text())
+    for method in ("evolving", "grpo_baseline"):
+        assert summary["methods"][method]["finished"] == 1
+        recorded = load_config(out / f"{method}_seed0" / "config.yaml")
+        assert recorded.pipeline.method == method
+    assert not (out / "grpo_baseline_seed0" / "skill_library.jsonl").exists()
+    assert (out / "curves.png").is_file()
+
+
+def test_port_stride_keeps_blocks_apart():
+    assert port_stride([8100, 8101, 8200, 8300], 6) == PORT_BLOCK
+    # 8100 + 4 x 32 + 31 would reach 8259 > 8200: a wider stride
+    assert port_stride([8100, 8200], 5) > PORT_BLOCK
+    stride = port_stride([40000, 40001, 8300], 3)
+    blocks = [{p + i * stride + k for p in (40000, 40001, 8300) for k in range(PORT_BLOCK)}
+              for i in range(3)]
+    assert not (blocks[0] & blocks[1] or blocks[1] & blocks[2] or blocks[0] & blocks[2])
