@@ -135,11 +135,15 @@ def test_two_real_runs_side_by_side(tmp_path):
     assert (out / "curves.png").is_file()
 
 
-def test_port_stride_keeps_blocks_apart():
-    assert port_stride([8100, 8101, 8200, 8300], 6) == PORT_BLOCK
-    # 8100 + 4 x 32 + 31 would reach 8259 > 8200: a wider stride
-    assert port_stride([8100, 8200], 5) > PORT_BLOCK
-    stride = port_stride([40000, 40001, 8300], 3)
-    blocks = [{p + i * stride + k for p in (40000, 40001, 8300) for k in range(PORT_BLOCK)}
-              for i in range(3)]
-    assert not (blocks[0] & blocks[1] or blocks[1] & blocks[2] or blocks[0] & blocks[2])
+def _disjoint(ports: tuple[int, ...], n_runs: int, stride: int) -> bool:
+    blocks = [{p + i * stride + k for p in ports for k in range(PORT_BLOCK)}
+              for i in range(n_runs)]
+    return len(set().union(*blocks)) == sum(len(b) for b in blocks)
+
+
+@pytest.mark.parametrize("ports,n_runs", [((8100, 8101, 8200, 8300), 6), ((8100, 8200), 5),
+                                          ((40000, 40001, 8300), 3), ((9000,), 4)])
+def test_port_stride_is_the_smallest_that_keeps_blocks_apart(ports, n_runs):
+    stride = port_stride(list(ports), n_runs)
+    assert stride % PORT_BLOCK == 0 and _disjoint(ports, n_runs, stride)
+    assert stride == PORT_BLOCK or not _disjoint(ports, n_runs, stride - PORT_BLOCK)
