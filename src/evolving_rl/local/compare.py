@@ -5,7 +5,7 @@
 
 Owns the plan (one run per (method, seed): `pipeline.method`, `run.seed`, its own output folder
 `<out>/<method>_seed<seed>/`, its own loopback ports and server log folders), the launch (the
-shared data and retrieval cache are prepared once here, then every run is a child process
+shared data, retrieval cache and model are prepared once here, then every run is a child process
 `python -m evolving_rl.local`, at most `--parallel` at a time, its output in `<run>/job.log`) and
 the aggregate (`local.compare_report`: curves and held-out table, mean ± std over seeds).
 
@@ -98,11 +98,14 @@ def plan_runs(cfg: Config, methods: list[str], seeds: list[int], out: Path) -> l
 
 
 def prepare_shared(cfg: Config) -> None:
-    """Data and retrieval cache once, before the runs (each run then finds them up to date)."""
+    """Data, retrieval cache and the converted model once, before the runs (each run then finds
+    them ready instead of writing them at the same time as the others)."""
     from evolving_rl.local.job import build_retrieval_cache, env_services
+    from evolving_rl.local.model import resolve_model_path
 
     env_services(cfg).prepare_data(cfg)
     build_retrieval_cache(cfg)
+    resolve_model_path(cfg.local.model, cfg.local.models_dir)
 
 
 def launch(run: PlannedRun, config: str, overrides: list[str]) -> int:
