@@ -67,6 +67,12 @@ def _die_with_parent() -> None:
     _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
 
+def dies_with_parent() -> Callable[[], None] | None:
+    """A `preexec_fn` that has the kernel SIGTERM the child when the spawning thread ends
+    (Linux; None elsewhere): for children that must not outlive their spawner."""
+    return _die_with_parent if _PRCTL is not None else None
+
+
 def config_arguments(cfg: Config) -> list[str]:
     """The arguments that hand `cfg` to a server process (read back by `config_from_args`)."""
     return ["--config-json", json.dumps(to_dict(cfg), separators=(",", ":"))]
@@ -204,11 +210,11 @@ def spawn_server(cmd: list[str], log_path: str | Path,
     child_env = dict(os.environ if env is None else env)
     paths = [str(REPO_ROOT), child_env.get("PYTHONPATH", "")]
     child_env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    tied = getattr(_tied, "on", False) and _PRCTL is not None
+    tied = getattr(_tied, "on", False)
     with log_path.open("ab") as log:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env,
                                 stdin=subprocess.DEVNULL, start_new_session=True,
-                                preexec_fn=_die_with_parent if tied else None)
+                                preexec_fn=dies_with_parent() if tied else None)
 
 
 def start_server(cmd: list[str], health_url: str, log_path: str | Path,

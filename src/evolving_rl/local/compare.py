@@ -109,7 +109,10 @@ def prepare_shared(cfg: Config) -> None:
 
 
 def launch(run: PlannedRun, config: str, overrides: list[str]) -> int:
-    """Run one child job to its end; its stdout and stderr go to `<run>/job.log`."""
+    """Run one child job to its end; its stdout and stderr go to `<run>/job.log`. The child
+    gets SIGTERM if this process dies first (and its servers with it: `local.job.servers`)."""
+    from env.launch import dies_with_parent
+
     run.run_dir.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "evolving_rl.local", "--config", config]
     for item in (*overrides, *run.overrides):
@@ -117,7 +120,7 @@ def launch(run: PlannedRun, config: str, overrides: list[str]) -> int:
     started = time.perf_counter()
     with open(run.run_dir / "job.log", "w", encoding="utf-8") as log:
         code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy(),
-                              check=False).returncode
+                              preexec_fn=dies_with_parent(), check=False).returncode
     logger.info("%s seed %d: exit %d after %.1f min", run.method, run.seed, code,
                 (time.perf_counter() - started) / 60)
     return code
