@@ -78,6 +78,10 @@ RUNS = (
             (r"verbatim : admissible replies \d\.\d\d of [1-9]",
              r"number   : admissible replies \d\.\d\d of [1-9]",
              r"admissible share, number / verbatim: (\d+\.\d|inf)x"), smollm2=True),
+    TinyRun("curriculum_probe", DATA_SETS,
+            (r"pick_and_place_simple: random admissible policy wins \d+/1 \(\d+\.\d%\) in 3 steps;"
+             r" \d+\.\d admissible commands per step; walkthrough \d+\.\d commands",
+             r"all types: random admissible policy wins \d+/[1-9]\d* ")),
     TinyRun("main_job_memory", DATA_SETS,
             (r"baseline main job peak RSS: \d+\.\d\d GB",
              r"config   main job peak RSS: \d+\.\d\d GB",

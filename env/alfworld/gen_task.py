@@ -41,14 +41,15 @@ class RoomLimits:
     """Difficulty knob: a room holds at most `max_receptacles` receptacle instances (those the
     task needs always included) and at most `max_objects` objects (targets included). Fewer of
     each gives shorter intros, fewer admissible commands and less to search: what a small policy
-    model can play. ALFRED rooms have ~10-40 receptacles and ~10-60 objects."""
+    model can play. ALFRED rooms have ~10-40 receptacles and ~10-60 objects; the floor (2 and 1)
+    leaves only what the task needs, which the limits never remove."""
 
     max_receptacles: int = 10
     max_objects: int = 8
 
     def __post_init__(self) -> None:
-        if self.max_receptacles < 4 or self.max_objects < 3:
-            raise ValueError("RoomLimits needs max_receptacles >= 4 and max_objects >= 3")
+        if self.max_receptacles < 2 or self.max_objects < 1:
+            raise ValueError("RoomLimits needs max_receptacles >= 2 and max_objects >= 1")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ does it — requesting the `walkthrough` extra on reset makes `PddlEnv` call
 `PddlState.replan`, and alfworld's `AlfredDemangler` gives the plan steps their in-game names
 ("apple 1"). `replay` then loads the written `game.tw-pddl` exactly as alfworld's `AlfredTWEnv`
 does (`textworld.start` with `AlfredDemangler` + `AlfredInfos`, `won` and admissible commands
-requested), checks every step is admissible and reports whether the game ends won. alfworld's
+requested), checks every step is admissible and reports whether the game ends won (`play` does
+the same for a policy that picks each command from the admissible ones). alfworld's
 handcoded expert is not used: in 0.4.2 it still issues "put" after the rename to "move" and wins
 pick_two_obj_and_place only by chance.
 """
@@ -14,7 +15,7 @@ pick_two_obj_and_place only by chance.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -53,13 +54,30 @@ def plan_walkthrough(game: dict) -> list[str]:
     return list(state["extra.walkthrough"] or [])
 
 
-def replay(game_path: str, walkthrough: list[str]) -> ReplayResult:
-    """Play `walkthrough` in the game file as AlfredTWEnv loads it; stop at the first bad step."""
+def _start(game_path: str) -> tuple[object, dict]:
     infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
     with _argv_kept():
         env = textworld.start(game_path, request_infos=infos,
                               wrappers=[AlfredDemangler(shuffle=False), AlfredInfos])
-        state = env.reset()
+        return env, env.reset()
+
+
+def play(game_path: str, choose: Callable[[list[str]], str], max_steps: int) -> ReplayResult:
+    """Play up to `max_steps` commands, each `choose(admissible commands)`; won and steps."""
+    env, state = _start(game_path)
+    try:
+        for step in range(max_steps):
+            state, _, done = env.step(choose(list(state["admissible_commands"])))
+            if done:
+                return ReplayResult(bool(state["won"]), step + 1)
+        return ReplayResult(False, max_steps)
+    finally:
+        env.close()
+
+
+def replay(game_path: str, walkthrough: list[str]) -> ReplayResult:
+    """Play `walkthrough` in the game file as AlfredTWEnv loads it; stop at the first bad step."""
+    env, state = _start(game_path)
     try:
         for step, command in enumerate(walkthrough):
             if command not in state["admissible_commands"]:

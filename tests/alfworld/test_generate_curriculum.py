@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import typing
 
 import pytest
@@ -29,7 +30,7 @@ def test_prepare_data_generates_only_the_configured_types_and_sizes(tmp_path):
         "alfworld": {"data_root": str(tmp_path / "data"),
                      "prepared_dir": str(tmp_path / "data" / "prepared"),
                      "generator_task_types": ["look_at_obj_in_light"],
-                     "generator_max_receptacles": 4, "generator_max_objects": 3},
+                     "generator_max_receptacles": 2, "generator_max_objects": 1},
         "local": {"games_per_type": 1, "generator_workers": 1}})
     prepare_data(cfg)
     games = sorted((tmp_path / "data" / DATA_DIR).glob("*/*/*/game.tw-pddl"))
@@ -38,8 +39,13 @@ def test_prepare_data_generates_only_the_configured_types_and_sizes(tmp_path):
     manifest = json.loads((tmp_path / "data" / "prepared" / "manifest.json").read_text())
     assert manifest["splits"]["train"]["games"] == 1
     for game in games:
-        walkthrough = json.loads(game.read_text())["walkthrough"]
-        assert 0 < len(walkthrough) <= 6  # a four-receptacle room: go, take, go, use
+        data = json.loads(game.read_text())
+        assert 0 < len(data["walkthrough"]) <= 4  # go, take, go, use
+        declared = [line.split()[-1] for line in data["pddl_problem"].splitlines()
+                    if re.fullmatch(r"\s+[A-Za-z]\S* - (receptacle|object)", line)]
+        # only what the task needs: where the target starts and the lamp's host; the target and
+        # the lamp
+        assert sorted(declared) == ["object", "object", "receptacle", "receptacle"]
 
 
 def test_the_cli_refuses_an_unknown_type(tmp_path):

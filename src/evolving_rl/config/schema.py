@@ -191,8 +191,8 @@ class AlfworldConfig:
     stop_timeout_s: float = bounded(10.0, gt=0.0)
     # Game generator difficulty (env/alfworld/gen_task.py RoomLimits): receptacle instances and
     # objects per generated room; the task's own receptacles and targets are always kept.
-    generator_max_receptacles: int = bounded(10, ge=4)
-    generator_max_objects: int = bounded(8, ge=3)
+    generator_max_receptacles: int = bounded(10, ge=2)
+    generator_max_objects: int = bounded(8, ge=1)
     # Task types the local job's generator writes games of (empty: all six): a curriculum knob.
     generator_task_types: tuple[AlfworldTaskType, ...] = ()
     # How the solver is asked to answer: "verbatim" (brief reasoning, then one admissible command

@@ -17,6 +17,7 @@ import json
 import math
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,17 +29,30 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 from evolving_rl.local.metrics import FILE_NAME  # noqa: E402
 
 WINDOW = 3
-#: (panel title, {method: metric key}); a method absent from a panel has no such series.
-TRAIN_PANELS: tuple[tuple[str, Mapping[str, str]], ...] = (
-    ("train success, no skill",
-     {"evolving": "source/success_rate", "grpo_baseline": "solver/success_rate"}),
-    ("train success, with skill (downstream)", {"evolving": "solver/success_rate"}),
-    ("inadmissible actions, no skill",
-     {"evolving": "source/invalid_action_fraction",
-      "grpo_baseline": "solver/invalid_action_fraction"}),
-    ("skill parse rate", {"evolving": "extractor/parse_ok_rate"}),
-    ("KL to the initial policy", {"evolving": "train/kl", "grpo_baseline": "train/kl"}),
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One training series: its title, its metric key per method (a method absent from `keys`
+    has no such series) and whether it is a rate in [0, 1] (shown in percent)."""
+
+    title: str
+    keys: Mapping[str, str]
+    rate: bool = True
+
+
+TRAIN_PANELS = (
+    Panel("train success, no skill",
+          {"evolving": "source/success_rate", "grpo_baseline": "solver/success_rate"}),
+    Panel("train success, with skill (downstream)", {"evolving": "solver/success_rate"}),
+    Panel("inadmissible actions, no skill",
+          {"evolving": "source/invalid_action_fraction",
+           "grpo_baseline": "solver/invalid_action_fraction"}),
+    Panel("skill parse rate", {"evolving": "extractor/parse_ok_rate"}),
+    Panel("KL to the initial policy", {"evolving": "train/kl", "grpo_baseline": "train/kl"},
+          rate=False),
 )
+RATES = {panel.title: panel.rate for panel in TRAIN_PANELS}
 ARMS = ("without_skill", "with_skill")
 PHASES = ("before", "after")
 
@@ -103,10 +117,10 @@ def aggregate(runs: Sequence[Run]) -> tuple[dict[str, Any], Records]:
             "held_out": {f"{phase}/{arm}": _stat([held_out(recs, phase, arm) for recs in mine])
                          for phase in PHASES for arm in ARMS},
             "train_change": {}}
-        for title, keys in TRAIN_PANELS:
-            if method in keys:
-                entry["train_change"][title] = _stat(
-                    [window_change(series(recs, keys[method])) for recs in mine])
+        for panel in TRAIN_PANELS:
+            if method in panel.keys:
+                entry["train_change"][panel.title] = _stat(
+                    [window_change(series(recs, panel.keys[method])) for recs in mine])
         out["methods"][method] = entry
     return out, records
 
@@ -114,9 +128,11 @@ def aggregate(runs: Sequence[Run]) -> tuple[dict[str, Any], Records]:
 def _fmt(stat: Mapping[str, Any], percent: bool = True) -> str:
     if stat["mean"] is None:
         return "–"
-    scale = 100 if percent else 1
-    return f"{scale * stat['mean']:.1f} ± {scale * stat['std']:.1f}" + (
-        "" if stat["n"] > 1 else " (1 seed)")
+    if percent:
+        text = f"{100 * stat['mean']:.1f} ± {100 * stat['std']:.1f}"
+    else:
+        text = f"{stat['mean']:.4f} ± {stat['std']:.4f}"
+    return text + ("" if stat["n"] > 1 else " (1 seed)")
 
 
 def render_markdown(summary: Mapping[str, Any]) -> str:
@@ -133,34 +149,37 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
               "| method | series | change | per seed |", "|---|---|---|---|"]
     for method, entry in summary["methods"].items():
         for title, stat in entry["train_change"].items():
-            percent = not title.startswith("KL")
+            percent = RATES[title]
             per_seed = ", ".join("–" if v is None else f"{(100 if percent else 1) * v:+.3g}"
                                  for v in stat["per_seed"])
             lines.append(f"| {method} | {title} | {_fmt(stat, percent)} | {per_seed} |")
     return "\n".join(lines) + "\n"
 
 
-def _band(ax: Any, per_seed: Sequence[Mapping[int, float]], label: str) -> None:
+def _band(ax: Any, per_seed: Sequence[Mapping[int, float]], label: str, rate: bool) -> None:
+    """Mean over seeds with a ± std band (a rate's band kept inside [0, 1])."""
     steps = sorted({s for points in per_seed for s in points})
     if not steps:
         return
     stats = [mean_std([points.get(s) for points in per_seed]) for s in steps]
     mean = [m for m, _, _ in stats]
-    std = [sd for _, sd, _ in stats]
+    low = [m - sd for m, sd, _ in stats]
+    high = [m + sd for m, sd, _ in stats]
+    if rate:
+        low, high = [max(0.0, v) for v in low], [min(1.0, v) for v in high]
     ax.plot(steps, mean, marker=".", label=label)
-    ax.fill_between(steps, [m - sd for m, sd in zip(mean, std, strict=True)],
-                    [m + sd for m, sd in zip(mean, std, strict=True)], alpha=0.2)
+    ax.fill_between(steps, low, high, alpha=0.2)
 
 
 def _held_out_bars(ax: Any, summary: Mapping[str, Any]) -> None:
     bars = [(method, arm, entry["held_out"]) for method, entry in summary["methods"].items()
-            for arm in ARMS if entry["held_out"][f"after/{arm}"]["n"]]
+            for arm in ARMS if any(entry["held_out"][f"{p}/{arm}"]["n"] for p in PHASES)]
     width = 0.38
     for offset, phase in enumerate(PHASES):
         stats = [held[f"{phase}/{arm}"] for _, arm, held in bars]
         ax.bar([i + (offset - 0.5) * width for i in range(len(bars))],
-               [s["mean"] or 0.0 for s in stats], width, yerr=[s["std"] or 0.0 for s in stats],
-               label=phase, capsize=3)
+               [s["mean"] if s["n"] else math.nan for s in stats], width,  # unmeasured: none
+               yerr=[s["std"] or 0.0 for s in stats], label=phase, capsize=3)
     ax.set_xticks(range(len(bars)), [f"{method}\n{arm.replace('_', ' ')}"
                                      for method, arm, _ in bars], fontsize=7)
     ax.set_title("held-out success (mean ± std over seeds)")
@@ -169,11 +188,11 @@ def _held_out_bars(ax: Any, summary: Mapping[str, Any]) -> None:
 
 def plot_curves(summary: Mapping[str, Any], records: Records, out_path: Path) -> Path:
     fig, axes = plt.subplots(2, 3, figsize=(15, 8))
-    for ax, (title, keys) in zip(axes.flat, TRAIN_PANELS, strict=False):
-        for method, key in keys.items():
+    for ax, panel in zip(axes.flat, TRAIN_PANELS, strict=False):
+        for method, key in panel.keys.items():
             per_seed = [series(recs, key) for (m, _), recs in records.items() if m == method]
-            _band(ax, per_seed, method)
-        ax.set_title(title)
+            _band(ax, per_seed, method, panel.rate)
+        ax.set_title(panel.title)
         ax.set_xlabel("training step")
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
