@@ -164,3 +164,32 @@ def test_status_values_are_stable_strings():
         "not_admissible",
         "malformed_action",
     }
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("4 people (1 foot tall) are", "look"),
+        ("2: Go to closet in the order 1, 2, 3", ADMISSIBLE[1]),
+        ("5=>I am at home", "inventory"),
+        ("3. fly away", "open drawer 2"),  # the number is the answer in this format
+        ("1\nThe room is transformed", "go to desk 1"),
+        ("look", "look"),  # a command's text still matches
+    ],
+)
+def test_number_first_takes_the_leading_number(content, expected):
+    result = parse_alfworld_action(f"<action>{content}</action>", ADMISSIBLE, lenient=True,
+                                   number_first=True)
+    assert result.ok and result.action == expected
+
+
+@pytest.mark.parametrize("content", ["17743", "9 9999", "0", "2126TRISUALY", "people 4"])
+def test_number_first_needs_a_listed_leading_number(content):
+    result = parse_alfworld_action(f"<action>{content}</action>", ADMISSIBLE, lenient=True,
+                                   number_first=True)
+    assert result.status is ActionStatus.NOT_ADMISSIBLE
+
+
+def test_number_first_only_in_lenient_mode():
+    assert not parse_alfworld_action("<action>4 people</action>", ADMISSIBLE,
+                                     number_first=True).ok

@@ -197,7 +197,8 @@ class AlfworldConfig:
     generator_task_types: tuple[AlfworldTaskType, ...] = ()
     # How the solver is asked to answer: "verbatim" (brief reasoning, then one admissible command
     # copied verbatim: the reference prompt) or "number" (the number of one listed command: what
-    # a 135M model can do; such replies need lenient action parsing).
+    # a 135M model can do; such replies need lenient action parsing, and their leading number
+    # picks the command whatever follows it: core/actions.py).
     action_format: Literal["verbatim", "number"] = "verbatim"
 
     def validate(self) -> None:

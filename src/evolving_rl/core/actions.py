@@ -10,7 +10,10 @@ lower-casing, collapsing whitespace and stripping surrounding quotes and a final
 `lenient=True` a number refers to the 1-based numbered list of admissible commands ("3", "3.",
 "3)"), a numbered command ("3. go to desk 1") is matched on its text, and when the whole content
 does not match, its first non-empty line is tried the same way (small models keep writing after
-the action). A non-admissible
+the action). With `number_first=True` (the "number" answer format, lenient only) a content that
+starts with a number of the list picks that command whatever follows it ("4 people", "2: fly",
+"12=>" with 12 listed): the number is the answer asked for, and what a small model writes after
+it is noise. A non-admissible
 action keeps the raw content in `action` so that it can be sent as-is (the game then answers
 "Nothing happens.").
 
@@ -35,6 +38,7 @@ _OPEN = re.compile(r"<action>", re.IGNORECASE)
 _CLOSE = re.compile(r"</action>", re.IGNORECASE)
 _CLOSE_TAG = "</action>"
 _NUMBERED = re.compile(r"(\d+)\s*[.):]?\s*(.*)", re.DOTALL)
+_LEADING_NUMBER = re.compile(r"(\d{1,6})(?!\d)")
 
 
 class ActionStatus(StrEnum):
@@ -100,8 +104,16 @@ def _lenient_command(content: str, admissible: Sequence[str], known: dict[str, s
     return command
 
 
+def _leading_number_command(content: str, admissible: Sequence[str]) -> str | None:
+    lead = _LEADING_NUMBER.match(content)
+    if lead is None:
+        return None
+    number = int(lead.group(1))
+    return admissible[number - 1] if 1 <= number <= len(admissible) else None
+
+
 def parse_alfworld_action(
-    text: str, admissible: Sequence[str], *, lenient: bool = False
+    text: str, admissible: Sequence[str], *, lenient: bool = False, number_first: bool = False
 ) -> ActionParse:
     """Match the tagged action against the admissible commands (rules in the module docstring)."""
     content = extract_action(text)
@@ -113,6 +125,8 @@ def parse_alfworld_action(
     for command in admissible:
         known.setdefault(_normalise_command(command), command)
     command = known.get(_normalise_command(content))
+    if command is None and lenient and number_first:
+        command = _leading_number_command(content, admissible)
     if command is None and lenient:
         command = _lenient_command(content, admissible, known)
     if command is None:

@@ -110,7 +110,7 @@ class AlfworldAdapter:
             raise ValueError(f"unknown ALFWorld action format {action_format!r}")
         if action_format == "number" and not lenient:
             raise ValueError("the 'number' action format needs lenient action parsing")
-        self.lenient = lenient
+        self.lenient, self.action_format = lenient, action_format
         self.system = f"{SOLVER_INTRO} {SOLVER_ANSWER[action_format]}"
 
     def task_from_row(self, row: Mapping[str, Any]) -> TaskSpec:
@@ -142,7 +142,8 @@ class AlfworldAdapter:
         return f"Step {step}.\nObservation: {text}\nAdmissible actions:\n{actions}"
 
     def parse_action(self, text: str, observation: Observation) -> ActionChoice:
-        parsed = parse_alfworld_action(text, observation.actions, lenient=self.lenient)
+        parsed = parse_alfworld_action(text, observation.actions, lenient=self.lenient,
+                                       number_first=self.action_format == "number")
         command = parsed.action if parsed.action is not None else text.strip()
         return ActionChoice(command[:MAX_RAW_COMMAND_CHARS], parsed.ok, str(parsed.status))
 
