@@ -25,17 +25,19 @@ import os
 import subprocess
 import sys
 import time
+import typing
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from evolving_rl.config import ConfigError, load_config
-from evolving_rl.config.schema import Config
+from evolving_rl.config.schema import Config, PipelineConfig
 from evolving_rl.local.compare_report import write_report
 
 logger = logging.getLogger(__name__)
 
-METHODS = ("evolving", "grpo_baseline")
+#: The values of `pipeline.method`, from the schema.
+METHODS: tuple[str, ...] = typing.get_args(typing.get_type_hints(PipelineConfig)["method"])
 PORT_BLOCK = 32
 
 
