@@ -52,7 +52,8 @@ def _log(run_dir: Path, success: list[float], before: float, after: float) -> No
     log = MetricsLog.in_run_dir(run_dir)
     log.write("eval", 0, {"phase": "before", "eval/all/without_skill_success_mean": before})
     for step, value in enumerate(success, start=1):
-        log.write("train", step, {"solver/success_rate": value, "train/kl": 0.001 * step})
+        log.write("train", step, {"solver/success_rate": value, "train/kl": 0.001 * step,
+                                  "solver/episodes": 70.0 + step % 2 * 4})
     log.write("eval", len(success), {"phase": "after",
                                       "eval/all/without_skill_success_mean": after})
 
@@ -79,6 +80,8 @@ def test_aggregate_means_and_sample_stds_over_seeds(tmp_path):
     assert change["per_seed"][2] is None
     assert change["mean"] == pytest.approx(0.2)
     assert "skill parse rate" not in entry["train_change"]  # the baseline extracts nothing
+    assert entry["episodes_per_step"]["mean"] == pytest.approx(72.0)  # 70, 74, 70, ...
+    assert "Solver episodes played a step" in render_markdown(summary)
     table = render_markdown(summary)
     assert "| grpo_baseline | 2/3 | 10.0 ± 0.0 | – | 25.0 ± 7.1 | – |" in table
     assert len(records[("grpo_baseline", 2)]) == 0

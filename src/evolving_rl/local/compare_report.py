@@ -6,8 +6,8 @@ Owns `write_report(runs, out)`: reads each run's `metrics.jsonl` and writes into
   with a skill (the full method's downstream episodes), inadmissible-action fraction of the
   no-skill episodes, skill parse rate, KL; and held-out success before/after per method and arm;
 - `comparison.md` / `comparison.json` — held-out success before and after training per method and
-  arm, and each training series' change from its first `WINDOW` steps to its last `WINDOW`,
-  as mean ± sample std over seeds, with every seed's own numbers.
+  arm, solver episodes played a step, and each training series' change from its first `WINDOW`
+  steps to its last `WINDOW`, as mean ± sample std over seeds, with every seed's own numbers.
 Pure reading and arithmetic; the runs themselves are `local.compare`'s.
 """
 
@@ -102,6 +102,15 @@ def _stat(values: Sequence[float | None]) -> dict[str, Any]:
 
 
 Records = dict[tuple[str, int], list[dict[str, Any]]]
+#: Solver episodes a step: the full method's source and downstream ones, the baseline's.
+EPISODE_KEYS = ("source/episodes", "solver/episodes")
+
+
+def episodes_per_step(records: Sequence[Mapping[str, Any]]) -> float | None:
+    """Mean over training steps of the solver episodes played (None without steps)."""
+    counts = [sum(float(r.get(key) or 0.0) for key in EPISODE_KEYS)
+              for r in records if r.get("kind") == "train"]
+    return statistics.fmean(counts) if counts else None
 
 
 def aggregate(runs: Sequence[Run]) -> tuple[dict[str, Any], Records]:
@@ -116,6 +125,7 @@ def aggregate(runs: Sequence[Run]) -> tuple[dict[str, Any], Records]:
             "finished": sum(1 for recs in mine if held_out(recs, "after", ARMS[0]) is not None),
             "held_out": {f"{phase}/{arm}": _stat([held_out(recs, phase, arm) for recs in mine])
                          for phase in PHASES for arm in ARMS},
+            "episodes_per_step": _stat([episodes_per_step(recs) for recs in mine]),
             "train_change": {}}
         for panel in TRAIN_PANELS:
             if method in panel.keys:
@@ -125,13 +135,14 @@ def aggregate(runs: Sequence[Run]) -> tuple[dict[str, Any], Records]:
     return out, records
 
 
-def _fmt(stat: Mapping[str, Any], percent: bool = True) -> str:
+def _fmt(stat: Mapping[str, Any], percent: bool = True, digits: int = 4) -> str:
+    """`mean ± std` of a stat: a rate in percent (1 decimal), else with `digits` decimals."""
     if stat["mean"] is None:
         return "–"
     if percent:
         text = f"{100 * stat['mean']:.1f} ± {100 * stat['std']:.1f}"
     else:
-        text = f"{stat['mean']:.4f} ± {stat['std']:.4f}"
+        text = f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
     return text + ("" if stat["n"] > 1 else " (1 seed)")
 
 
@@ -144,6 +155,10 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         cells = [_fmt(entry["held_out"][f"{p}/{a}"]) for p in PHASES for a in ARMS]
         lines.append(f"| {method} | {entry['finished']}/{len(entry['seeds'])} | "
                      + " | ".join(cells) + " |")
+    lines += ["", "Solver episodes played a step (the full method plays downstream episodes only "
+              "for skills that parse): " + "; ".join(
+                  f"{method} {_fmt(entry['episodes_per_step'], percent=False, digits=1)}"
+                  for method, entry in summary["methods"].items())]
     lines += ["", f"## Training series: mean of the last {summary['window']} steps minus the "
               f"first {summary['window']} (percentage points; KL as is)", "",
               "| method | series | change | per seed |", "|---|---|---|---|"]
