@@ -82,6 +82,11 @@ def _normalise_command(command: str) -> str:
     return " ".join(command.lower().split()).strip(" .'\"`")
 
 
+def _listed(number: int, admissible: Sequence[str]) -> str | None:
+    """The command numbered `number` in the 1-based list, if there is one."""
+    return admissible[number - 1] if 1 <= number <= len(admissible) else None
+
+
 def _numbered_command(content: str, admissible: Sequence[str], known: dict[str, str]) -> str | None:
     numbered = _NUMBERED.fullmatch(content)
     if numbered is None:
@@ -89,7 +94,7 @@ def _numbered_command(content: str, admissible: Sequence[str], known: dict[str, 
     number, rest = int(numbered.group(1)), numbered.group(2)
     if rest:
         return known.get(_normalise_command(rest))
-    return admissible[number - 1] if 1 <= number <= len(admissible) else None
+    return _listed(number, admissible)
 
 
 def _lenient_command(content: str, admissible: Sequence[str], known: dict[str, str]) -> str | None:
@@ -106,10 +111,7 @@ def _lenient_command(content: str, admissible: Sequence[str], known: dict[str, s
 
 def _leading_number_command(content: str, admissible: Sequence[str]) -> str | None:
     lead = _LEADING_NUMBER.match(content)
-    if lead is None:
-        return None
-    number = int(lead.group(1))
-    return admissible[number - 1] if 1 <= number <= len(admissible) else None
+    return _listed(int(lead.group(1)), admissible) if lead is not None else None
 
 
 def parse_alfworld_action(

@@ -19,7 +19,6 @@ is already held.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
 import subprocess
@@ -30,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from evolving_rl.config import ConfigError, load_config
+from evolving_rl.config import ConfigError, load_config, to_dict
 from evolving_rl.config.schema import Config, PipelineConfig
 from evolving_rl.local.compare_report import write_report
 
@@ -51,23 +50,20 @@ class PlannedRun:
     overrides: tuple[str, ...]
 
 
+def _section_values(cfg: Config) -> dict[str, object]:
+    """Every `section.field` key of the config's sections with its value (`to_dict`)."""
+    return {f"{section}.{name}": value for section, fields in to_dict(cfg).items()
+            if isinstance(fields, dict) for name, value in fields.items()}
+
+
 def _port_fields(cfg: Config) -> list[tuple[str, int]]:
     """Every `section.port` / `section.*_port` key of the config with its value."""
-    out = []
-    for section in dataclasses.fields(cfg):
-        value = getattr(cfg, section.name)
-        if not dataclasses.is_dataclass(value):
-            continue
-        for f in dataclasses.fields(value):
-            if f.name == "port" or f.name.endswith("_port"):
-                out.append((f"{section.name}.{f.name}", int(getattr(value, f.name))))
-    return out
+    return [(key, int(value)) for key, value in _section_values(cfg).items()
+            if key.endswith((".port", "_port"))]
 
 
 def _log_dir_keys(cfg: Config) -> list[str]:
-    return [f"{s.name}.log_dir" for s in dataclasses.fields(cfg)
-            if dataclasses.is_dataclass(getattr(cfg, s.name))
-            and hasattr(getattr(cfg, s.name), "log_dir")]
+    return [key for key in _section_values(cfg) if key.endswith(".log_dir")]
 
 
 def port_stride(ports: list[int], n_runs: int) -> int:

@@ -26,7 +26,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
-from evolving_rl.local.metrics import FILE_NAME  # noqa: E402
+from evolving_rl.local.metrics import FILE_NAME, read_records  # noqa: E402
 
 WINDOW = 3
 
@@ -57,13 +57,6 @@ ARMS = ("without_skill", "with_skill")
 PHASES = ("before", "after")
 
 Run = tuple[str, int, Path]
-
-
-def read_records(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / FILE_NAME
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
 def mean_std(values: Sequence[float]) -> tuple[float | None, float | None, int]:
@@ -116,7 +109,7 @@ def episodes_per_step(records: Sequence[Mapping[str, Any]]) -> float | None:
 def aggregate(runs: Sequence[Run]) -> tuple[dict[str, Any], Records]:
     """Per method: held-out success per phase and arm, training-series changes, over seeds; and
     every run's records by (method, seed)."""
-    records = {(method, seed): read_records(run_dir) for method, seed, run_dir in runs}
+    records = {(method, seed): read_records(run_dir / FILE_NAME) for method, seed, run_dir in runs}
     out: dict[str, Any] = {"window": WINDOW, "methods": {}}
     for method in dict.fromkeys(method for method, _, _ in runs):
         mine = [recs for (m, _), recs in records.items() if m == method]

@@ -62,11 +62,17 @@ class MetricsLog:
         self.sinks = []
 
     def read(self, kind: str | None = None) -> list[dict[str, Any]]:
-        if not self.path.is_file():
-            return []
-        with self.path.open(encoding="utf-8") as handle:
-            records = [json.loads(line) for line in handle if line.strip()]
-        return [r for r in records if kind is None or r["kind"] == kind]
+        return read_records(self.path, kind)
+
+
+def read_records(path: str | Path, kind: str | None = None) -> list[dict[str, Any]]:
+    """The records of a metrics log (of one `kind`, or all); [] when there is none yet."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    with path.open(encoding="utf-8") as handle:
+        records = [json.loads(line) for line in handle if line.strip()]
+    return [r for r in records if kind is None or r["kind"] == kind]
 
 
 def group_variance(metrics: Mapping[str, Any]) -> dict[str, float]:
