@@ -21,6 +21,7 @@ from evolving_rl.config import load_config
 from evolving_rl.core.grid import extractor_group_id, solver_group_id
 from evolving_rl.core.grpo import group_advantages
 from evolving_rl.core.roles import Role
+from evolving_rl.domains.alfworld import SKILL_INTRO
 from evolving_rl.pipeline.context import build_context
 from evolving_rl.pipeline.rollout import run_training_rollout
 from tests.fakes.contract import run_contract_rollout, with_pipeline
@@ -142,16 +143,32 @@ def test_no_action_tag_is_sent_as_is_and_counted(real_servers, contract_config):
 
 
 @FORMATS
-def test_invalid_and_non_english_skills_get_their_statuses(real_servers, contract_config, fmt):
-    outputs = ["{'name': 'not json'", json.dumps(SKILLS[fmt].chinese)]
-    cfg = with_pipeline(contract_config, skill_format=fmt)
-    outcome, _, ctx = _run(cfg, skill_responder(outputs, solver=reply_text))
+@pytest.mark.parametrize("mode", ["as_written", "skip"])
+def test_invalid_and_non_english_skills_get_their_statuses(real_servers, contract_config, fmt,
+                                                          mode):
+    not_json = "{'name': 'not json'"
+    outputs = [not_json, json.dumps(SKILLS[fmt].chinese)]
+    system_prompts: list[str] = []
+
+    def solver(prompt: str) -> str:
+        system_prompts.append(prompt.split("Your task is to:")[0])
+        return reply_text(prompt)
+
+    cfg = with_pipeline(contract_config, skill_format=fmt, unusable_skills=mode)
+    outcome, _, ctx = _run(cfg, skill_responder(outputs, solver=solver))
     metrics = outcome.metrics
     assert metrics["extractor/reward_status/unparseable"] == 2.0
     assert metrics["extractor/reward_status/audit_failed"] == 2.0
     assert metrics["extractor/audit/non_english"] == 2.0
-    assert metrics["solver/episodes"] == 0.0  # no usable skill: nothing to play downstream
-    rewards = sorted(s.reward for s in outcome.samples)
+    with_skill = [p for p in system_prompts if SKILL_INTRO in p]
+    if mode == "skip":  # no usable skill: nothing to play downstream
+        assert metrics["solver/episodes"] == 0.0 and not with_skill
+    else:  # the reference plays every cell: the unparsed skill as written, the other as its card
+        grid = cfg.pipeline
+        assert metrics["solver/episodes"] == 2 * grid.n_skills * grid.top_k * grid.n_repeats
+        assert any(not_json in p for p in with_skill)
+        assert any("# Skill: 找到杯子" in p for p in with_skill)
+    rewards = sorted(s.reward for s in outcome.samples if s.role is Role.EXTRACTOR)
     assert rewards == [-contract_config.rewards.format_penalty] * 2 + [0.0] * 2
     records = ctx.library.load()
     assert {(r.parse_reason.split(":")[0], r.audit_rule) for r in records} == {

@@ -33,6 +33,21 @@ def test_eval_reports_success_with_and_without_the_extracted_skill(tmp_path, fmt
     assert ctx.cfg.sampling.eval_solver.temperature == 0.0
 
 
+@pytest.mark.parametrize(("mode", "obtained"), [("as_written", 1.0), ("skip", 0.0)])
+def test_an_unparsed_skill_is_shown_as_written_unless_skipped(tmp_path, mode, obtained):
+    shown: list[str] = []
+
+    def solver(prompt: str) -> str:
+        shown.append(prompt)
+        return "<action>look</action>"
+
+    policy = ScriptedPolicy(TOK, skill_responder(["  {broken skill"], solver=solver))
+    ctx = fake_context(tmp_path, small_config(unusable_skills=mode), policy=policy)
+    metrics = asyncio.run(run_eval(ctx, toy_rows(2), repeats=1))
+    assert metrics["eval/skill_obtained_rate"] == obtained
+    assert any("{broken skill" in prompt for prompt in shown) == (mode == "as_written")
+
+
 @pytest.mark.parametrize(("trained", "evaluated"), [("reference", "reference"),
                                                     ("compact", "compact"),
                                                     ("compact", "reference")])

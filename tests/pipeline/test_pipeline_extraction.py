@@ -123,3 +123,34 @@ def test_prompt_schema_example_parses_and_validates(tmp_path, fmt):
                                               ("local_cpu", "compact")])
 def test_profiles_pick_their_skill_format(profile, fmt):
     assert load_config(ROOT / "configs" / f"{profile}.yaml").pipeline.skill_format == fmt
+
+
+@pytest.mark.parametrize("fmt", sorted(SKILLS))
+def test_solver_text_of_usable_and_unusable_skills(tmp_path, fmt):
+    """What the solver reads (`pipeline.unusable_skills`): the reference shows an unparsed skill
+    as written and an audit-failed one as its card; "skip" shows only usable skills."""
+    good, chinese = json.dumps(SKILLS[fmt].good), json.dumps(SKILLS[fmt].chinese)
+    replies = iter([good, chinese, "  not a skill at all \n"])
+    ctx = fake_context(tmp_path, small_config(skill_format=fmt),
+                       policy=ScriptedPolicy(TOK, lambda _: next(replies)))
+    usable, audit_failed, unparsed = _extract(ctx, n=3)
+    assert usable.usable and not audit_failed.usable and not unparsed.usable
+    assert audit_failed.card is not None and not audit_failed.audit.ok
+    for mode in ("as_written", "skip"):
+        assert usable.solver_text(mode) == usable.card
+    assert audit_failed.solver_text("as_written") == audit_failed.card
+    assert unparsed.solver_text("as_written") == "not a skill at all"
+    assert audit_failed.solver_text("skip") is None and unparsed.solver_text("skip") is None
+
+
+def test_a_failed_generation_gives_the_solver_no_skill(tmp_path):
+    class Failing(ScriptedPolicy):
+        async def generate(self, prompt_ids, sampling):
+            from evolving_rl.clients.policy import PolicyError
+
+            raise PolicyError("down")
+
+    ctx = fake_context(tmp_path, policy=Failing(TOK))
+    (failed,) = _extract(ctx, n=1)
+    assert failed.generation_failed
+    assert failed.solver_text("as_written") is None and failed.solver_text("skip") is None

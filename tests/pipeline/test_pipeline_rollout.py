@@ -35,17 +35,19 @@ def _normalised(values):
 
 
 @FORMATS
-def test_groups_advantages_and_role_weights(tmp_path, fmt):
+@pytest.mark.parametrize("mode", ["as_written", "skip"])
+def test_groups_advantages_and_role_weights(tmp_path, fmt, mode):
     outputs = [json.dumps(SKILLS[fmt].good), json.dumps(SKILLS[fmt].bad), "{not json"]
-    ctx = fake_context(tmp_path, small_config(skill_format=fmt),
+    ctx = fake_context(tmp_path, small_config(skill_format=fmt, unusable_skills=mode),
                        policy=ScriptedPolicy(TOK, skill_responder(outputs)))
     outcome = _rollout(ctx)
     cfg = ctx.cfg.pipeline  # N=3, K=2, R=2
+    # The reference plays the unparseable skill too (as written); "skip" plays the 2 usable ones.
+    played = [0, 1, 2] if mode == "as_written" else [0, 1]
     solver = [s for s in outcome.samples if s.role is Role.SOLVER]
     extractor = [s for s in outcome.samples if s.role is Role.EXTRACTOR]
     assert len(extractor) == 2 * cfg.n_skills
-    # The unparseable skill is not played: 2 usable skills x K x R per source task.
-    assert len(solver) == 2 * 2 * cfg.top_k * cfg.n_repeats
+    assert len(solver) == 2 * len(played) * cfg.top_k * cfg.n_repeats
     for position in range(2):
         key = f"{position}:t{position}"
         group = [s for s in extractor if s.group_id == extractor_group_id(key)]
@@ -56,10 +58,14 @@ def test_groups_advantages_and_role_weights(tmp_path, fmt):
         assert all(math.isclose(a, b, abs_tol=1e-9) for a, b in zip(got, expected, strict=True))
         for k in range(cfg.top_k):
             members = [s for s in solver if s.group_id == solver_group_id(key, k)]
-            assert len(members) == 2 * cfg.n_repeats  # usable skills x repeats
-            for sample in members:
-                assert sample.advantage == (1.0 if sample.reward == 1.0 else -1.0) * (
-                    1 / (0.5 + 1e-6)) * 0.5
+            assert sorted(s.metadata["skill_index"] for s in members) == sorted(
+                played * cfg.n_repeats)
+            # the solver wins with the good skill (index 0) only
+            assert [s.reward for s in members] == [
+                float(s.metadata["skill_index"] == 0) for s in members]
+            expected = _normalised([s.reward for s in members])
+            assert all(math.isclose(s.advantage, e, abs_tol=1e-9)
+                       for s, e in zip(members, expected, strict=True))
     assert outcome.metrics["extractor/parse/invalid_json"] == 2.0
     assert outcome.metrics["groups/zero_variance"] == 0.0
     assert outcome.metrics["groups/extractor/count"] == 2.0  # one per source task

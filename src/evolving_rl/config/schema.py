@@ -75,6 +75,13 @@ class PipelineConfig:
     # n_repeats times without a skill (the full method's solver episodes per source task: one
     # source episode plus the downstream grid), one GRPO group per source task.
     method: Literal["evolving", "grpo_baseline"] = "evolving"
+    # What the solver gets from a skill that is not usable (`pipeline.extraction`). "as_written"
+    # (the reference): a skill that did not parse is shown as the extractor wrote it, one that
+    # failed the language audit as its card, a failed generation as no skill; its downstream
+    # cells are played and train the solver (its extractor reward stays the penalty), and the
+    # evaluation's "with skill" arm plays it. "skip": only usable skills are played (their
+    # cells stay empty: fewer solver episodes) and evaluation shows no skill instead.
+    unusable_skills: Literal["as_written", "skip"] = "as_written"
 
     def validate(self) -> None:
         if self.max_turn_tokens >= self.max_context_tokens:

@@ -49,10 +49,14 @@ def _train_line(record: dict[str, Any]) -> str:
             f"kl {record.get('train/kl', 0):.4f} ({record.get('train/duration_s', 0):.0f}s)")
 
 
-def summary(result: JobResult, wall_s: float) -> str:
+def _decoding(temperature: float) -> str:
+    return "greedy" if temperature == 0 else f"sampled at temperature {temperature:g}"
+
+
+def summary(result: JobResult, wall_s: float, eval_temperature: float) -> str:
     stages = ", ".join(f"{name} {seconds:.0f}s" for name, seconds in result.stage_s.items())
     lines = [f"Local run finished in {wall_s / 60:.1f} min ({stages})",
-             "Held-out evaluation (greedy):",
+             f"Held-out evaluation ({_decoding(eval_temperature)}):",
              _eval_line("before", result.before), _eval_line("after", result.after),
              "Training:"]
     lines += [_train_line(record) for record in result.train]
@@ -75,11 +79,13 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     started = time.perf_counter()
     try:
-        result = run_job(load_config(args.config, args.overrides))
+        cfg = load_config(args.config, args.overrides)
+        result = run_job(cfg)
     except ConfigError as err:  # an invalid config, or an environment with no registered domain
         log.error("%s", err)
         return 2
-    text = summary(result, time.perf_counter() - started)
+    text = summary(result, time.perf_counter() - started,
+                   cfg.sampling.eval_solver.temperature)
     (result.run_dir / "summary.txt").write_text(text + "\n", encoding="utf-8")
     print(text)
     return 0

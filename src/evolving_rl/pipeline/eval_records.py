@@ -2,8 +2,8 @@
 
 Owns `ArmRecord` (one episode of a test task: status, score, success, steps and the
 environment's per-episode measures, `EnvironmentAdapter.episode_measures`), `CaseRecord` (one
-test task in one repeat under one protocol: the task retrieved for it, whether a usable skill
-was obtained, and its two arms) and `CaseStore` (an append-only JSONL file of finished cases, read
+test task in one repeat under one protocol: the task retrieved for it, whether a skill was
+obtained, and its two arms) and `CaseStore` (an append-only JSONL file of finished cases, read
 back on a restart so that finished cases are not run again). The report is computed from the
 records alone (`pipeline.eval_report`), so an interrupted and resumed run reports exactly what an
 uninterrupted one does.
@@ -43,8 +43,10 @@ class ArmRecord:
 class CaseRecord:
     """One test task in one repeat under one protocol.
 
-    Without a usable skill the "with skill" arm is the plain episode (nothing was injected), as
-    the reference counts it; `with_skill` is then None and `arm("with_skill")` the plain one.
+    Without a skill (no text came: a failed generation, or an unusable skill under
+    `pipeline.unusable_skills: skip`) the "with skill" arm is the plain episode (nothing was
+    injected), as the reference counts it; `with_skill` is then None and `arm("with_skill")`
+    the plain one.
     """
 
     protocol: str

@@ -6,7 +6,7 @@ split and returns flat metrics: for every bucket (`all`, `task_type/<t>`, and wi
 the latter under the no-skill protocol), the success rate and the environment's own metrics
 (`eval_metrics`, e.g. Mind2Web's standard metrics) per repeat, then their mean and population
 std over the repeats: `eval/<bucket>/<arm>_<metric>_mean|_std`, with the bucket's case count
-and share of cases that obtained a usable skill. Episodes that failed for an
+and share of cases that obtained a skill. Episodes that failed for an
 infrastructure reason leave the rates (they are counted in `eval/infra_failures`). Records are
 sorted first, so the result does not depend on the order cases finished in.
 """

@@ -3,7 +3,8 @@
 `EvalProtocol`:
   reference       (the reference's eval) retrieve the top-1 task of the retrieval split (never
                   the test task itself), play it without a skill, extract one skill from that
-                  episode, then play the test task with that skill and without any skill;
+                  episode, then play the test task with that skill (an unusable one as
+                  `pipeline.unusable_skills` says) and without any skill;
   no_skill        the test task without a skill only (a baseline model's number);
   library         as `reference`, but the skill is the best usable one a persisted library
                   (built during training) holds for the retrieved task, validated again in the
@@ -100,7 +101,7 @@ async def _skill_for(ctx: PipelineContext, clock: IOClock, retrieved: TaskSpec |
     (extraction,) = await extract_skills(
         ctx, clock, retrieved, source.trace.turns, source.success, 1,
         ctx.sampling(sampling.eval_extractor, solver=False))
-    return extraction.card if extraction.usable else None
+    return extraction.solver_text(ctx.cfg.pipeline.unusable_skills)
 
 
 def _arm(test: PipelineContext, result: EpisodeResult) -> ArmRecord:

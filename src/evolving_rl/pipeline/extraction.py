@@ -5,7 +5,8 @@ format `pipeline.skill_format`: task, trajectory, the true success flag, the sch
 tokenised once and sampled N times concurrently under the extraction semaphore; each output is
 parsed by `core.skill` in that format, rendered to its Markdown card, and the card text (what
 the solver will read, as in the reference) is audited by `core.audit`. A failed generation
-becomes a status, never an exception.
+becomes a status, never an exception. `Extraction.solver_text` is what the solver then reads,
+for usable skills and (`pipeline.unusable_skills: as_written`, the reference) unusable ones.
 """
 
 from __future__ import annotations
@@ -51,6 +52,17 @@ class Extraction:
         """Parsed and audited: the solver may play with it."""
         return (not self.generation_failed and self.card is not None
                 and self.audit is not None and self.audit.ok)
+
+    def solver_text(self, unusable_skills: str) -> str | None:
+        """The skill text the solver reads (`pipeline.unusable_skills`): a usable skill's card;
+        under "as_written" (the reference) also the card of a skill that failed the audit, the
+        text as written of one that did not parse, and None (no skill) for a failed generation;
+        under "skip" None for every unusable skill."""
+        if self.usable or (unusable_skills == "as_written" and self.card is not None):
+            return self.card
+        if unusable_skills != "as_written" or self.generation_failed:
+            return None
+        return self.text.strip() or None
 
 
 def _read(ctx: PipelineContext, extraction: Extraction) -> Extraction:

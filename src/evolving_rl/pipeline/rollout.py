@@ -1,5 +1,6 @@
 """The four-stage training rollout: source episode -> N extractions -> K retrieved tasks ->
-K x N x R downstream episodes, for every source task of the batch concurrently.
+K x N x R downstream episodes, for every source task of the batch concurrently (the cells of
+unusable skills too, as the reference plays them, unless `pipeline.unusable_skills: skip`).
 
 Owns `RolloutOutcome` and `run_training_rollout`, the entry point the slime hooks and the local
 backend call; what each source task produced is a `units.SourceUnit`. Retrieval for the whole
@@ -72,10 +73,12 @@ async def retrieve(ctx: PipelineContext, clock: IOClock, tasks: Sequence[TaskSpe
 
 async def _downstream(ctx: PipelineContext, clock: IOClock, grid: Grid, unit: SourceUnit,
                       sampling: SamplingParams) -> None:
-    cells = [cell for cell in grid.cells()
-             if unit.extractions[cell.skill].usable and cell.task < len(unit.retrieved)]
+    mode = ctx.cfg.pipeline.unusable_skills
+    cells = [cell for cell in grid.cells() if cell.task < len(unit.retrieved)
+             and (mode == "as_written" or unit.extractions[cell.skill].usable)]
     results = await asyncio.gather(*(
-        play(ctx, clock, unit.retrieved[cell.task], unit.extractions[cell.skill].card, sampling)
+        play(ctx, clock, unit.retrieved[cell.task],
+             unit.extractions[cell.skill].solver_text(mode), sampling)
         for cell in cells))
     unit.downstream = {grid.index(*cell): result
                        for cell, result in zip(cells, results, strict=True)}
