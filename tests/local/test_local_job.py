@@ -121,8 +121,10 @@ def test_main_job_on_a_fresh_data_folder(tmp_path):
 @pytest.mark.parametrize(("temperature", "label"), [(0.0, "(greedy)"),
                                                      (1.0, "(sampled at temperature 1)")])
 def test_the_summary_names_how_the_evaluation_decoded(tmp_path, temperature, label):
+    from evolving_rl.config.schema import SamplingConfig
     from evolving_rl.local.__main__ import summary
     from evolving_rl.local.job import JobResult
 
-    text = summary(JobResult(run_dir=tmp_path), 60.0, temperature)
+    decoding = SamplingConfig(temperature=temperature).decoding()
+    text = summary(JobResult(run_dir=tmp_path), 60.0, decoding)
     assert f"Held-out evaluation {label}:" in text.splitlines()[1]

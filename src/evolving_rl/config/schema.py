@@ -28,6 +28,10 @@ class SamplingConfig:
     top_k: int = bounded(-1, ge=-1)
     max_new_tokens: int = bounded(512, ge=1)
 
+    def decoding(self) -> str:
+        """How it decodes, for reports: "greedy" or "sampled at temperature T"."""
+        return "greedy" if self.temperature == 0 else f"sampled at temperature {self.temperature:g}"
+
 
 @dataclass(frozen=True)
 class RoleSampling:

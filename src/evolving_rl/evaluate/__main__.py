@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
             "protocols": [str(p) for p in request.protocols], "repeats": request.repeats,
             "splits": list(request.splits), "limit": request.limit,
             "retrieval_split": request.retrieval_split, "train_split": request.train_split,
-            "train_types": sorted(outcome.train_types)}
+            "train_types": sorted(outcome.train_types),
+            "solver_decoding": cfg.sampling.eval_solver.decoding()}
     for path in write_report(args.out, meta, outcome.results):
         log.info("wrote %s", path)
     sys.stdout.write((args.out / "report.md").read_text(encoding="utf-8"))

@@ -2,12 +2,12 @@
 
 Owns `write_report(out_dir, meta, results)`. `results` is split -> protocol -> the flat metrics
 of `pipeline.eval_report`; `meta` says what was evaluated (environment, policy, protocols,
-repeats, training task types). Everything is derived from those two, with no clock or host in
+repeats, training task types, how the solver decoded). Everything is derived from those two, with no clock or host in
 it, so a resumed run writes byte-identical reports. The Markdown report has, per split: success
 with and without the skill per protocol (mean ± std over the repeats), the training / held-out
 task-type groups, a per-task-type table, the environment's own metrics (Mind2Web's standard
 metrics and the reference's first-error action accuracy) and, where published numbers exist
-(`evaluate.published`), a table against them.
+(`evaluate.published`), a table against them for the task-type groups the run measured.
 """
 
 from __future__ import annotations
@@ -81,10 +81,12 @@ def _env_metric_rows(split_results: Mapping[str, Mapping[str, float]]) -> list[l
 
 def _published_rows(environment: str, split: str,
                     split_results: Mapping[str, Mapping[str, float]]) -> list[list[str]]:
+    """Published numbers beside ours, for the task-type groups this run measured."""
     ours = split_results.get("reference", {})
     return [[number.method, number.group.removeprefix("group/"), f"{number.success_pct:.1f}",
              _pct(ours, number.group, "with_skill"), _pct(ours, number.group, "without_skill")]
-            for number in published_for(environment, split)]
+            for number in published_for(environment, split)
+            if f"eval/{number.group}/cases" in ours]
 
 
 def _split_section(environment: str, split: str,
@@ -101,6 +103,10 @@ def _split_section(environment: str, split: str,
         lines += ["", "Against the published numbers (ours: the reference protocol):", ""]
         lines += _table(["published", "tasks", "published %", "ours with skill",
                          "ours without skill"], published)
+    elif published_for(environment, split):
+        lines += ["", "Published numbers exist for this split by training and held-out task "
+                  "types; this run has no such grouping (run the reference protocol with "
+                  "--train-split) or no reference protocol, so they are not compared."]
     lines += ["", "Per task type (%):", ""]
     lines += _table(["protocol", "task type", "with skill", "without skill"],
                     _task_type_rows(split_results))
@@ -135,7 +141,8 @@ def write_report(out_dir: Path, meta: Mapping[str, Any], results: Results) -> li
                                       sort_keys=True) + "\n", encoding="utf-8")
     lines = [f"# Evaluation: {meta.get('environment')} — {meta.get('policy')}", "",
              f"Protocols: {', '.join(meta.get('protocols', []))}; repeats: "
-             f"{meta.get('repeats')}; greedy. Training task types: "
+             f"{meta.get('repeats')}; solver {meta.get('solver_decoding', 'greedy')}. "
+             "Training task types: "
              f"{', '.join(meta.get('train_types', [])) or '–'}.", ""]
     written = [report_json]
     for split, split_results in results.items():

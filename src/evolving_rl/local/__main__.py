@@ -49,14 +49,10 @@ def _train_line(record: dict[str, Any]) -> str:
             f"kl {record.get('train/kl', 0):.4f} ({record.get('train/duration_s', 0):.0f}s)")
 
 
-def _decoding(temperature: float) -> str:
-    return "greedy" if temperature == 0 else f"sampled at temperature {temperature:g}"
-
-
-def summary(result: JobResult, wall_s: float, eval_temperature: float) -> str:
+def summary(result: JobResult, wall_s: float, eval_decoding: str) -> str:
     stages = ", ".join(f"{name} {seconds:.0f}s" for name, seconds in result.stage_s.items())
     lines = [f"Local run finished in {wall_s / 60:.1f} min ({stages})",
-             f"Held-out evaluation ({_decoding(eval_temperature)}):",
+             f"Held-out evaluation ({eval_decoding}):",
              _eval_line("before", result.before), _eval_line("after", result.after),
              "Training:"]
     lines += [_train_line(record) for record in result.train]
@@ -84,8 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:  # an invalid config, or an environment with no registered domain
         log.error("%s", err)
         return 2
-    text = summary(result, time.perf_counter() - started,
-                   cfg.sampling.eval_solver.temperature)
+    text = summary(result, time.perf_counter() - started, cfg.sampling.eval_solver.decoding())
     (result.run_dir / "summary.txt").write_text(text + "\n", encoding="utf-8")
     print(text)
     return 0
