@@ -148,8 +148,8 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         cells = [_fmt(entry["held_out"][f"{p}/{a}"]) for p in PHASES for a in ARMS]
         lines.append(f"| {method} | {entry['finished']}/{len(entry['seeds'])} | "
                      + " | ".join(cells) + " |")
-    lines += ["", "Solver episodes played a step (the full method plays downstream episodes only "
-              "for skills that parse): " + "; ".join(
+    lines += ["", "Solver episodes played a step (under `pipeline.unusable_skills: skip` the full "
+              "method plays downstream episodes only for usable skills): " + "; ".join(
                   f"{method} {_fmt(entry['episodes_per_step'], percent=False, digits=1)}"
                   for method, entry in summary["methods"].items())]
     lines += ["", f"## Training series: mean of the last {summary['window']} steps minus the "
