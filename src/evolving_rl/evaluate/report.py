@@ -2,12 +2,13 @@
 
 Owns `write_report(out_dir, meta, results)`. `results` is split -> protocol -> the flat metrics
 of `pipeline.eval_report`; `meta` says what was evaluated (environment, policy, protocols,
-repeats, training task types, how the solver decoded). Everything is derived from those two, with no clock or host in
-it, so a resumed run writes byte-identical reports. The Markdown report has, per split: success
-with and without the skill per protocol (mean ± std over the repeats), the training / held-out
-task-type groups, a per-task-type table, the environment's own metrics (Mind2Web's standard
-metrics and the reference's first-error action accuracy) and, where published numbers exist
-(`evaluate.published`), a table against them for the task-type groups the run measured.
+repeats, training task types, how the solver decoded). Everything is derived from those two,
+with no clock or host in it, so a resumed run writes byte-identical reports. The Markdown
+report has, per split: success with and without the skill per protocol (mean ± std over the
+repeats), the training / held-out task-type groups, a per-task-type table, the environment's
+own metrics (Mind2Web's standard metrics and the reference's first-error action accuracy) and,
+where published numbers exist (`evaluate.published`), a table against them for the task-type
+groups the run measured.
 """
 
 from __future__ import annotations
