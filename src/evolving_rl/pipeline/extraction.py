@@ -53,16 +53,18 @@ class Extraction:
         return (not self.generation_failed and self.card is not None
                 and self.audit is not None and self.audit.ok)
 
+    def played(self, unusable_skills: str) -> bool:
+        """Whether its downstream cells are played (`pipeline.unusable_skills`): always under
+        "as_written" (the reference), only when usable under "skip"."""
+        return self.usable or unusable_skills == "as_written"
+
     def solver_text(self, unusable_skills: str) -> str | None:
-        """The skill text the solver reads (`pipeline.unusable_skills`): a usable skill's card;
-        under "as_written" (the reference) also the card of a skill that failed the audit, the
-        text as written of one that did not parse, and None (no skill) for a failed generation;
-        under "skip" None for every unusable skill."""
-        if self.usable or (unusable_skills == "as_written" and self.card is not None):
-            return self.card
-        if unusable_skills != "as_written" or self.generation_failed:
+        """The skill text a played cell's solver reads: the card (of a usable skill, or of one
+        that failed the audit), the text as written of one that did not parse, None (no skill)
+        for a failed generation or a skill that is not played."""
+        if not self.played(unusable_skills) or self.generation_failed:
             return None
-        return self.text.strip() or None
+        return self.card if self.card is not None else self.text.strip() or None
 
 
 def _read(ctx: PipelineContext, extraction: Extraction) -> Extraction:

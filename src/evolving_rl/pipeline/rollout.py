@@ -74,8 +74,8 @@ async def retrieve(ctx: PipelineContext, clock: IOClock, tasks: Sequence[TaskSpe
 async def _downstream(ctx: PipelineContext, clock: IOClock, grid: Grid, unit: SourceUnit,
                       sampling: SamplingParams) -> None:
     mode = ctx.cfg.pipeline.unusable_skills
-    cells = [cell for cell in grid.cells() if cell.task < len(unit.retrieved)
-             and (mode == "as_written" or unit.extractions[cell.skill].usable)]
+    cells = [cell for cell in grid.cells()
+             if cell.task < len(unit.retrieved) and unit.extractions[cell.skill].played(mode)]
     results = await asyncio.gather(*(
         play(ctx, clock, unit.retrieved[cell.task],
              unit.extractions[cell.skill].solver_text(mode), sampling)
