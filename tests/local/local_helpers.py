@@ -1,4 +1,4 @@
-"""Helpers of the local-backend tests: a tiny random Llama, a character tokenizer, samples.
+"""Helpers of the local-backend tests: tiny random Llama / Qwen2, a character tokenizer, samples.
 
 Most tests use a randomly initialised 2-layer Llama (vocabulary of 64) so that they run in
 seconds on a busy 2-core machine; only a few load the real SmolLM2.
@@ -37,6 +37,31 @@ def tiny_llama(seed: int = 0, vocab: int = VOCAB) -> torch.nn.Module:
     model = LlamaForCausalLM(config)
     model.generation_config.eos_token_id = EOS_ID
     return model.eval()
+
+
+def tiny_qwen2(seed: int = 0, tied: bool = True, vocab: int = VOCAB) -> torch.nn.Module:
+    """A 2-layer Qwen2 (q/k/v projections with biases), embeddings tied or not. The biases are
+    drawn at random: transformers initialises them to zero, which would hide a decode path that
+    dropped them."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=vocab, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=256, pad_token_id=PAD_ID, eos_token_id=EOS_ID,
+                         bos_token_id=2, tie_word_embeddings=tied, rope_theta=1000000.0)
+    model = Qwen2ForCausalLM(config)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            attention = layer.self_attn
+            for projection in (attention.q_proj, attention.k_proj, attention.v_proj):
+                projection.bias.normal_(0.0, 0.5)
+    model.generation_config.eos_token_id = EOS_ID
+    return model.eval()
+
+
+ARCHITECTURES = {"llama": tiny_llama, "qwen2_tied": lambda seed=0: tiny_qwen2(seed, True),
+                 "qwen2_untied": lambda seed=0: tiny_qwen2(seed, False)}
 
 
 def make_sample(role: Role, prompt_len: int, response_len: int, advantage: float,

