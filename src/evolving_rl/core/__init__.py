@@ -13,4 +13,5 @@ Modules:
   nucleus  top-p nucleus of sampled tokens in slime's flat (ids, offsets) form
   actions  `<action>` tag and ALFWorld command parsing
   strenum  str-valued Enum used by every status/reason type
+  stats    Fisher's exact test of two pooled win counts
 """

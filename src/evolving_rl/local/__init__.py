@@ -1,6 +1,6 @@
 """Embedded local backend: everything needed to train on one machine (CPU or one GPU).
 
-- `model`    — "smollm2" (GGUF from the PyPI package, converted once) or any HF folder;
+- `model`    — "smollm2" / "qwen2.5-coder-0.5b" (GGUF files converted once) or any HF folder;
 - `policy`   — in-process HF policy behind the `PolicyClient` interface (engine thread);
 - `decoder`  — continuous batching: rows join and leave the running batch at any step;
 - `kv_cache` — reuse of stored KV prefixes across calls (multi-turn episodes);

@@ -4,10 +4,14 @@ Owns `write_report(runs, out)`: reads each run's `metrics.jsonl` and writes into
 - `curves.png` — per training step, mean ± std over seeds per method: success of the episodes
   played without a skill (the full method's source episodes, the baseline's episodes), success
   with a skill (the full method's downstream episodes), inadmissible-action fraction of the
-  no-skill episodes, skill parse rate, KL; and held-out success before/after per method and arm;
+  no-skill episodes, skill parse rate, share of skills cut at the token cap, the extractor's mean
+  reward (its skills' mean downstream success, less penalties), KL; and held-out success
+  before/after per method and arm;
 - `comparison.md` / `comparison.json` — held-out success before and after training per method and
   arm, solver episodes played a step, and each training series' change from its first `WINDOW`
-  steps to its last `WINDOW`, as mean ± sample std over seeds, with every seed's own numbers.
+  steps to its last `WINDOW`, as mean ± sample std over seeds, with every seed's own numbers;
+  and the held-out wins after training pooled over seeds per method and arm, each arm against
+  the GRPO baseline's no-skill arm by a two-sided Fisher exact test (`core.stats`).
 Pure reading and arithmetic; the runs themselves are `local.compare`'s.
 """
 
@@ -26,6 +30,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
+from evolving_rl.core.stats import Pooled, fisher_exact  # noqa: E402
 from evolving_rl.local.metrics import FILE_NAME, read_records  # noqa: E402
 
 WINDOW = 3
@@ -49,6 +54,8 @@ TRAIN_PANELS = (
           {"evolving": "source/invalid_action_fraction",
            "grpo_baseline": "solver/invalid_action_fraction"}),
     Panel("skill parse rate", {"evolving": "extractor/parse_ok_rate"}),
+    Panel("skills cut at the token cap", {"evolving": "extractor/truncated_rate"}),
+    Panel("extractor reward (mean)", {"evolving": "extractor/reward_mean"}, rate=False),
     Panel("KL to the initial policy", {"evolving": "train/kl", "grpo_baseline": "train/kl"},
           rate=False),
 )
@@ -78,6 +85,46 @@ def held_out(records: Sequence[Mapping[str, Any]], phase: str, arm: str) -> floa
         if record.get("kind") == "eval" and record.get("phase") == phase:
             return record.get(f"eval/all/{arm}_success_mean")
     return None
+
+
+def held_out_wins(records: Sequence[Mapping[str, Any]], phase: str, arm: str) -> Pooled | None:
+    """Wins and scored episodes of one held-out arm (None when that evaluation is absent)."""
+    for record in records:
+        if record.get("kind") == "eval" and record.get("phase") == phase:
+            wins = record.get(f"eval/all/{arm}_wins")
+            episodes = record.get(f"eval/all/{arm}_scored")
+            if wins is None or episodes is None:
+                return None
+            return Pooled(int(wins), int(episodes))
+    return None
+
+
+def pooled(per_run: Sequence[Pooled | None]) -> Pooled | None:
+    found = [p for p in per_run if p is not None]
+    return (Pooled(sum(p.wins for p in found), sum(p.episodes for p in found)) if found
+            else None)
+
+
+BASELINE = ("grpo_baseline", "without_skill")
+
+
+def pooled_tests(records: Records) -> list[dict[str, Any]]:
+    """Held-out wins after training, pooled over seeds per (method, arm), each tested against
+    the baseline's no-skill arm (two-sided Fisher exact; None where the baseline is absent)."""
+    methods = dict.fromkeys(m for m, _ in records)
+    wins = {(m, arm): pooled([held_out_wins(recs, "after", arm)
+                              for (mm, _), recs in records.items() if mm == m])
+            for m in methods for arm in ARMS}
+    base = wins.get(BASELINE)
+    rows = []
+    for (method, arm), found in wins.items():
+        if found is None or found.episodes == 0:
+            continue
+        p = (fisher_exact(found, base) if base is not None and (method, arm) != BASELINE
+             else None)
+        rows.append({"method": method, "arm": arm, "wins": found.wins,
+                     "episodes": found.episodes, "p_vs_baseline": p})
+    return rows
 
 
 def window_change(points: Mapping[int, float]) -> float | None:
@@ -125,6 +172,7 @@ def aggregate(runs: Sequence[Run]) -> tuple[dict[str, Any], Records]:
                 entry["train_change"][panel.title] = _stat(
                     [window_change(series(recs, panel.keys[method])) for recs in mine])
         out["methods"][method] = entry
+    out["pooled_after"] = pooled_tests(records)
     return out, records
 
 
@@ -152,6 +200,7 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
               "method plays downstream episodes only for usable skills): " + "; ".join(
                   f"{method} {_fmt(entry['episodes_per_step'], percent=False, digits=1)}"
                   for method, entry in summary["methods"].items())]
+    lines += _pooled_markdown(summary.get("pooled_after", []))
     lines += ["", f"## Training series: mean of the last {summary['window']} steps minus the "
               f"first {summary['window']} (percentage points; KL as is)", "",
               "| method | series | change | per seed |", "|---|---|---|---|"]
@@ -162,6 +211,19 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
                                  for v in stat["per_seed"])
             lines.append(f"| {method} | {title} | {_fmt(stat, percent)} | {per_seed} |")
     return "\n".join(lines) + "\n"
+
+
+def _pooled_markdown(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    lines = ["", "## Held-out wins after training, pooled over seeds", "",
+             "| method | arm | wins / episodes | success (%) | two-sided Fisher p vs GRPO "
+             "baseline, no skill |", "|---|---|---|---|---|"]
+    for row in rows:
+        p = "–" if row["p_vs_baseline"] is None else f"{row['p_vs_baseline']:.3g}"
+        lines.append(f"| {row['method']} | {row['arm'].replace('_', ' ')} | {row['wins']} / "
+                     f"{row['episodes']} | {100 * row['wins'] / row['episodes']:.1f} | {p} |")
+    return lines
 
 
 def _band(ax: Any, per_seed: Sequence[Mapping[int, float]], label: str, rate: bool) -> None:
@@ -195,7 +257,8 @@ def _held_out_bars(ax: Any, summary: Mapping[str, Any]) -> None:
 
 
 def plot_curves(summary: Mapping[str, Any], records: Records, out_path: Path) -> Path:
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    rows = math.ceil((len(TRAIN_PANELS) + 1) / 3)
+    fig, axes = plt.subplots(rows, 3, figsize=(15, 4 * rows))
     for ax, panel in zip(axes.flat, TRAIN_PANELS, strict=False):
         for method, key in panel.keys.items():
             per_seed = [series(recs, key) for (m, _), recs in records.items() if m == method]
@@ -206,6 +269,8 @@ def plot_curves(summary: Mapping[str, Any], records: Records, out_path: Path) ->
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     _held_out_bars(axes.flat[len(TRAIN_PANELS)], summary)
+    for ax in axes.flat[len(TRAIN_PANELS) + 1:]:
+        ax.axis("off")
     fig.tight_layout()
     fig.savefig(out_path, dpi=100)
     plt.close(fig)

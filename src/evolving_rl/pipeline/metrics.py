@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from evolving_rl.core.roles import Role
+from evolving_rl.core.samples import SampleStatus
 from evolving_rl.pipeline.assembly import Assembled
 from evolving_rl.pipeline.episode import EpisodeResult
 from evolving_rl.pipeline.timing import IOClock
@@ -80,6 +81,8 @@ def _extractor_metrics(assembled: Assembled) -> dict[str, float]:
     out["extractor/parse_ok_rate"] = _mean(
         float(bool(e.parse and e.parse.ok)) for _, e, _ in rewards)
     out["extractor/usable_rate"] = _mean(float(e.usable) for _, e, _ in rewards)
+    out["extractor/truncated_rate"] = _mean(
+        float(e.status is SampleStatus.TRUNCATED) for _, e, _ in rewards)
     out["extractor/audit_failures"] = float(
         sum(1 for _, e, _ in rewards if e.audit is not None and not e.audit.ok))
     for key, counts in (("reward_status", Counter(str(r.status) for _, _, r in rewards)),
