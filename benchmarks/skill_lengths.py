@@ -31,6 +31,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from benchmarks.cli import parse_with_tiny
 from benchmarks.solver_probe import run_overrides
@@ -64,18 +65,21 @@ async def extract_all(cfg: Config, model, tokenizer, rows: list[dict], skills: i
     extractor = dataclasses.replace(ctx.sampling(cfg.sampling.extractor, solver=False),
                                     max_new_tokens=cap)
 
+    bar = tqdm(total=len(rows), desc="source episode + extractions", unit="game")
+
     async def one(row: dict) -> tuple[list[Extraction], bool]:
         task = ctx.adapter.task_from_row(row)
         clock = IOClock()
         source = await run_episode(ctx, clock, task, None, solver)
-        if source.trace is None:
-            return [], False
-        return (await extract_skills(ctx, clock, task, source.trace.turns, source.success,
-                                     skills, extractor), source.success)
+        found = [] if source.trace is None else await extract_skills(
+            ctx, clock, task, source.trace.turns, source.success, skills, extractor)
+        bar.update(1)
+        return found, source.success
 
     try:
         results = await asyncio.gather(*(one(row) for row in rows))
     finally:
+        bar.close()
         await policy.close()
         await ctx.close()
     return [e for found, _ in results for e in found], sum(won for _, won in results)

@@ -116,8 +116,8 @@ def test_held_out_wins_are_pooled_and_tested_against_the_baseline(tmp_path):
                  ("grpo_baseline", seed, tmp_path / f"b{seed}")]
     summary, _ = aggregate(runs)
     rows = {(r["method"], r["arm"]): r for r in summary["pooled_after"]}
-    assert (rows[("evolving", "with_skill")]["wins"], rows[("evolving", "with_skill")]["episodes"]) \
-        == (38, 128)
+    mine = rows[("evolving", "with_skill")]
+    assert (mine["wins"], mine["episodes"]) == (38, 128)
     assert rows[("grpo_baseline", "without_skill")]["wins"] == 13
     assert rows[("grpo_baseline", "without_skill")]["p_vs_baseline"] is None
     p = rows[("evolving", "with_skill")]["p_vs_baseline"]

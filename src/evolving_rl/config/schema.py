@@ -288,6 +288,9 @@ class LocalConfig:
     (0: all of a micro-batch at once); `release_freed_memory` fixes glibc's mmap threshold at
     256 KB from the trainer's creation on, so freed activations leave the resident set instead of
     fragmenting the heap (process-wide; a no-op without glibc).
+    `master_weights`: a model loaded in bfloat16 is optimised through float32 copies of its
+    weights, rounded back into it after each step (Megatron's `--bf16` main parameters); off, the
+    optimiser updates the bf16 weights in place and updates below half their spacing are lost.
     Data preparation: `games_per_type` generated games per task type and split (skipped when the
     data root already holds games); `eval_repeats` greedy repeats of the before/after evaluation.
     """
@@ -306,6 +309,7 @@ class LocalConfig:
     gradient_checkpointing: bool = True
     logit_chunk_tokens: int = bounded(256, ge=0)
     release_freed_memory: bool = True
+    master_weights: bool = True
     n_eval_games: int = bounded(8, ge=0)
     eval_repeats: int = bounded(1, ge=1)
     torch_threads: int = bounded(2, ge=1)

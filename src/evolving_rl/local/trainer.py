@@ -22,6 +22,9 @@ its inputs and reduces it.
   decoder layer, the output layer over `logit_chunk_tokens` trained tokens at a time (each chunk
   recomputed in backward), and `release_freed_memory`, a fixed glibc mmap threshold so that freed
   activations leave the resident set instead of fragmenting the heap.
+- A model in a lower precision than float32 is optimised through float32 master copies of its
+  weights (`local.master_weights`, on by default, as Megatron's `--bf16` does;
+  `evolving_rl.local.master_weights` says why).
 - Samples that are not trainable (status) or have no loss-mask token are skipped.
 """
 
@@ -42,6 +45,7 @@ from torch.utils.checkpoint import checkpoint
 from evolving_rl.config.schema import LocalConfig, LossConfig
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import TrainSample
+from evolving_rl.local.master_weights import MasterWeights
 from evolving_rl.losses import per_token_policy_loss
 
 logger = logging.getLogger(__name__)
@@ -234,8 +238,12 @@ class GRPOTrainer:
             raise ValueError("a KL coefficient is non-zero but no reference model was given")
         self.uses_entropy = any(c != 0 for c in (loss.entropy_coef.solver,
                                                  loss.entropy_coef.extractor))
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        self.masters = (MasterWeights(trainable)
+                        if local.master_weights and MasterWeights.needed(trainable) else None)
+        self.optimized = self.masters.masters if self.masters is not None else trainable
         self.optimizer = torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad], lr=loss.lr,
+            self.optimized, lr=loss.lr,
             betas=(loss.adam_beta1, loss.adam_beta2), weight_decay=loss.weight_decay)
         if local.gradient_checkpointing:
             enable_checkpointing(model)
@@ -302,10 +310,13 @@ class GRPOTrainer:
             return metrics
         self.model.train()
         means = self._accumulate(batches, backward=True)
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            [p for p in self.model.parameters() if p.requires_grad], self.loss_cfg.grad_clip)
+        if self.masters is not None:
+            self.masters.load_grads()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.optimized, self.loss_cfg.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.masters is not None:
+            self.masters.write_back()
         self.model.eval()
         for name in ("loss", *TERMS):
             setattr(metrics, name, means[name])
@@ -322,8 +333,10 @@ class GRPOTrainer:
         self.model.save_pretrained(directory)
         if tokenizer is not None:
             tokenizer.save_pretrained(directory)
-        torch.save({"optimizer": self.optimizer.state_dict(), "step": self.step_count},
-                   directory / STATE_FILE)
+        state = {"optimizer": self.optimizer.state_dict(), "step": self.step_count}
+        if self.masters is not None:
+            state["master_weights"] = self.masters.state_dict()
+        torch.save(state, directory / STATE_FILE)
         return directory
 
     def load_state(self, directory: str | Path) -> None:
@@ -331,4 +344,6 @@ class GRPOTrainer:
         state = torch.load(Path(directory) / STATE_FILE, map_location=self.device,
                            weights_only=True)
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.masters is not None and "master_weights" in state:
+            self.masters.load_state_dict(state["master_weights"])
         self.step_count = int(state["step"])
