@@ -5,8 +5,11 @@ Owns everything the trainer knows about ALFWorld: the prepared row -> `TaskSpec`
 prompt (with the skill card when one is given) and first user message ("Your task is to: ..."),
 the observation block of each turn (step number, observation text, numbered admissible actions),
 the `<action>` parsing (via `core.actions`; an unparseable reply is sent as-is and counted), the
-extractor prompt of each skill format, and packing: one episode is one training sample. Also its
-registry entry `DOMAIN` (`domains/registry.py`): the adapter factory, the router's URL, the
+extractor prompt of each skill format, and packing: one episode is one training sample. It
+offers both optional capabilities of `domains.base`: expert commands (the game file's planner
+walkthrough, `alfworld_expert`, under `alfworld.data_root`) with the reply that sends one in the
+profile's answer format, and the hand-written cards per task type (`alfworld_written_skills`).
+Also its registry entry `DOMAIN` (`domains/registry.py`): the adapter factory, the router's URL, the
 held-out split `valid_unseen` and the server-side module `env.alfworld.service`.
 
 Extractor prompts. Reference format: the paper's single user message (`alfworld_skill_prompt`),
@@ -19,16 +22,19 @@ the compact schema.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from evolving_rl.clients.env import EnvClient
 from evolving_rl.clients.tokenizer import Message
-from evolving_rl.config.schema import Config
+from evolving_rl.config.schema import AlfworldConfig, Config
 from evolving_rl.core.actions import parse_alfworld_action
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import SampleStatus, TrainSample
 from evolving_rl.core.skill import SkillFormat, skill_schema_text
+from evolving_rl.domains.alfworld_expert import game_file, read_walkthrough
 from evolving_rl.domains.alfworld_skill_prompt import reference_extractor_prompt
+from evolving_rl.domains.alfworld_written_skills import load_written_skills
 from evolving_rl.domains.base import (
     ActionChoice,
     Domain,
@@ -98,19 +104,22 @@ class AlfworldAdapter:
     """`EnvironmentAdapter` for the ALFWorld router (`/reset {game}`, `/step`, `/close`).
 
     `lenient` lets a number or a numbered line pick an admissible action (for small models);
-    `action_format` is what the system prompt asks for (`SOLVER_ANSWER`: "number" needs lenient).
+    `action_format` is what the system prompt asks for (`SOLVER_ANSWER`: "number" needs lenient);
+    `data_root` is where the game files of `metadata.game` lie (expert walkthroughs).
     """
 
     name = "alfworld"
     stop = ("</action>",)
     step_prompts = False
 
-    def __init__(self, lenient: bool = False, action_format: str = "verbatim") -> None:
+    def __init__(self, lenient: bool = False, action_format: str = "verbatim",
+                 data_root: str | Path = AlfworldConfig.data_root) -> None:
         if action_format not in SOLVER_ANSWER:
             raise ValueError(f"unknown ALFWorld action format {action_format!r}")
         if action_format == "number" and not lenient:
             raise ValueError("the 'number' action format needs lenient action parsing")
         self.lenient, self.action_format = lenient, action_format
+        self.data_root = Path(data_root)
         self.system = f"{SOLVER_INTRO} {SOLVER_ANSWER[action_format]}"
 
     def task_from_row(self, row: Mapping[str, Any]) -> TaskSpec:
@@ -174,6 +183,20 @@ class AlfworldAdapter:
     def for_evaluation(self) -> AlfworldAdapter:
         return self
 
+    def expert_commands(self, task: TaskSpec) -> list[str] | None:
+        """The planner walkthrough in the task's game file (None when it has none)."""
+        return read_walkthrough(game_file(self.data_root, str(task.metadata["game"])))
+
+    def expert_reply(self, command: str, observation: Observation) -> str:
+        """`<action>N</action>` (the command's number in the list) under the "number" format
+        when the command is listed, else `<action>command</action>`."""
+        if self.action_format == "number" and command in observation.actions:
+            return f"<action>{observation.actions.index(command) + 1}</action>"
+        return f"<action>{command}</action>"
+
+    def written_skill_cards(self) -> Mapping[str, str]:
+        return load_written_skills()
+
     def episode_measures(self, turns: Sequence[Turn]) -> dict[str, Any]:
         return {}
 
@@ -183,7 +206,8 @@ class AlfworldAdapter:
 
 
 def make_alfworld_adapter(cfg: Config, lenient: bool) -> AlfworldAdapter:
-    return AlfworldAdapter(lenient=lenient, action_format=cfg.alfworld.action_format)
+    return AlfworldAdapter(lenient=lenient, action_format=cfg.alfworld.action_format,
+                           data_root=cfg.alfworld.data_root)
 
 
 def alfworld_url(cfg: Config) -> str:

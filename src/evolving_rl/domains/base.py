@@ -4,15 +4,17 @@ Owns the records an adapter exchanges with the episode loop (`TaskSpec`, `Observ
 `ActionChoice`, `Turn`, `EpisodeTrace`) and the `EnvironmentAdapter` protocol: how a task row
 becomes a task, how the env server is reset and stepped, the solver and extractor prompts, the
 observation block of each turn, action parsing and how a finished episode is packed into
-training samples; and `Domain`, the entry an environment registers in `domains/registry.py`.
-Environment names appear only in the modules that implement them.
+training samples; the optional capabilities some evaluation protocols need (`ExpertDemonstrations`,
+`WrittenSkills`: an adapter offers them by having their methods); and `Domain`, the entry an
+environment registers in `domains/registry.py`. Environment names appear only in the modules that
+implement them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from evolving_rl.clients.env import EnvClient
 from evolving_rl.clients.tokenizer import Message
@@ -175,6 +177,32 @@ class EnvironmentAdapter(Protocol):
         """The environment's own metrics over the `episode_measures` of a split's test episodes,
         beside the success rate every environment reports (Mind2Web: the standard metrics); may
         be empty."""
+        ...
+
+
+@runtime_checkable
+class ExpertDemonstrations(Protocol):
+    """Optional adapter capability (evaluation protocol `expert_skill`): an expert's commands for
+    a task, and the reply in which a solver would send one of them."""
+
+    def expert_commands(self, task: TaskSpec) -> list[str] | None:
+        """The expert's command sequence for `task`; None when the task has none."""
+        ...
+
+    def expert_reply(self, command: str, observation: Observation) -> str:
+        """The model text a solver writes to send `command` at `observation` (the answer format
+        the solver prompt asks for), which `parse_action` reads back as `command`."""
+        ...
+
+
+@runtime_checkable
+class WrittenSkills(Protocol):
+    """Optional adapter capability (evaluation protocol `written_skill`): hand-written skill
+    cards by task type."""
+
+    def written_skill_cards(self) -> Mapping[str, str]:
+        """Task type -> its rendered skill card, every card validated (a bad file raises
+        `ValueError` naming the task type)."""
         ...
 
 

@@ -14,7 +14,8 @@ training task types (the held-out breakdown) are those of `--train-split` (defau
 `--retrieval-split` (default `train`, all training tasks, as the reference's eval did). The env
 and retrieval servers are started and stopped here unless `--no-servers`. Finished cases are
 kept in `<out>/cases.jsonl`: rerunning the same command resumes; `--fresh` starts over. Writes
-`<out>/report.json`, `report.md` and a chart per split. Exit 2 on a bad argument or config.
+`<out>/report.json`, `report.md` and a chart per split. Exit 2 on a bad argument or config, or
+a protocol the environment cannot run (expert_skill and written_skill: ALFWorld only).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from evolving_rl.domains.registry import domain_for
 from evolving_rl.evaluate.policies import PolicySpec
 from evolving_rl.evaluate.report import write_report
 from evolving_rl.evaluate.runner import CASES_FILE, EvalRequest, MissingSplitError, run_evaluation
-from evolving_rl.pipeline.evaluation import EvalProtocol
+from evolving_rl.pipeline.evaluation import EvalProtocol, UnsupportedProtocolError
 
 log = logging.getLogger("evolving_rl.evaluate")
 
@@ -50,7 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--protocols", nargs="+", default=["reference"],
-                        choices=[str(p) for p in EvalProtocol])
+                        choices=[str(p) for p in EvalProtocol],
+                        help="evaluation protocols (docs/design.md §8)")
     parser.add_argument("--splits", nargs="+")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--limit", type=int, help="tasks per split (round-robin over types)")
@@ -93,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / CASES_FILE).unlink(missing_ok=True)
     try:
         outcome = run_evaluation(cfg, spec, request)
-    except MissingSplitError as error:
+    except (MissingSplitError, UnsupportedProtocolError) as error:
         log.error("%s", error)
         return 2
     meta = {"environment": cfg.environment, "policy": spec.describe(),

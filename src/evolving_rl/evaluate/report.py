@@ -5,7 +5,8 @@ of `pipeline.eval_report`; `meta` says what was evaluated (environment, policy, 
 repeats, training task types, how the solver decoded). Everything is derived from those two,
 with no clock or host in it, so a resumed run writes byte-identical reports. The Markdown
 report has, per split: success with and without the skill per protocol (mean ± std over the
-repeats), the training / held-out task-type groups, a per-task-type table, the environment's
+repeats), the training / held-out task-type groups, the cases with a skill note (e.g. an
+expert trajectory missing or not won), a per-task-type table, the environment's
 own metrics (Mind2Web's standard metrics and the reference's first-error action accuracy) and,
 where published numbers exist (`evaluate.published`), a table against them for the task-type
 groups the run measured.
@@ -90,11 +91,21 @@ def _published_rows(environment: str, split: str,
             if f"eval/{number.group}/cases" in ours]
 
 
+def _note_rows(split_results: Mapping[str, Mapping[str, float]]) -> list[list[str]]:
+    return [[protocol, key.removeprefix("eval/note/"), f"{value:.0f}"]
+            for protocol, metrics in split_results.items()
+            for key, value in sorted(metrics.items()) if key.startswith("eval/note/")]
+
+
 def _split_section(environment: str, split: str,
                    split_results: Mapping[str, Mapping[str, float]]) -> list[str]:
     lines = [f"## {split}", "", "Success (%), mean ± std over repeats:", ""]
     lines += _table(["protocol", "tasks", "with skill", "without skill", "skill obtained",
                      "cases", "infra failures"], _success_rows(split_results))
+    notes = _note_rows(split_results)
+    if notes:
+        lines += ["", "Cases with a skill note:", ""]
+        lines += _table(["protocol", "note", "cases"], notes)
     env_rows = _env_metric_rows(split_results)
     if env_rows:
         lines += ["", "Standard metrics (%), macro over tasks:", ""]

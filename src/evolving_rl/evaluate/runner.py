@@ -9,7 +9,8 @@ rerun with the same request skips them, and the numbers are computed from the re
 an interrupted run, resumed, reports what an uninterrupted one would. With `start_servers`, the
 retrieval cache is refreshed and the retrieval and environment servers are started with this
 config and stopped on exit (the local job's `servers`); otherwise the config's addresses must
-answer.
+answer. A protocol the environment's adapter cannot run (`pipeline.evaluation.check_supported`)
+fails before anything starts.
 """
 
 from __future__ import annotations
@@ -26,12 +27,18 @@ from typing import Any
 from evolving_rl.clients.policy import PolicyClient
 from evolving_rl.clients.tokenizer import ChatTokenizer
 from evolving_rl.config.schema import Config
+from evolving_rl.domains.base import EnvironmentAdapter
 from evolving_rl.domains.registry import domain_for
 from evolving_rl.evaluate.policies import PolicySpec, open_policy
 from evolving_rl.pipeline.context import build_context, make_adapter
 from evolving_rl.pipeline.eval_records import CaseStore
 from evolving_rl.pipeline.eval_report import summarize
-from evolving_rl.pipeline.evaluation import EvalPlan, EvalProtocol, evaluate_cases
+from evolving_rl.pipeline.evaluation import (
+    EvalPlan,
+    EvalProtocol,
+    check_supported,
+    evaluate_cases,
+)
 from evolving_rl.pipeline.skill_library import SkillLibrary
 from evolving_rl.retrieval.prepared import (
     PreparedRow,
@@ -93,6 +100,12 @@ def _services(cfg: Config, start: bool) -> Iterator[None]:
         yield
 
 
+def _adapter(cfg: Config) -> EnvironmentAdapter:
+    """Lenient parsing where the profile asks for it (the CPU profiles' small model), as the
+    local job plays."""
+    return make_adapter(cfg, lenient=cfg.local.lenient_actions)
+
+
 async def _evaluate(cfg: Config, opener: PolicyOpener, request: EvalRequest,
                     rows: dict[str, list[dict[str, Any]]],
                     train_types: frozenset[str]) -> dict[str, dict[str, dict[str, float]]]:
@@ -100,10 +113,7 @@ async def _evaluate(cfg: Config, opener: PolicyOpener, request: EvalRequest,
     library = SkillLibrary(request.library) if request.library else None
     results: dict[str, dict[str, dict[str, float]]] = {}
     async with opener() as (policy, tokenizer):
-        # lenient parsing where the profile asks for it (the CPU profiles' small model), as the
-        # local job plays
-        adapter = make_adapter(cfg, lenient=cfg.local.lenient_actions)
-        ctx = await build_context(cfg, policy, tokenizer, adapter=adapter,
+        ctx = await build_context(cfg, policy, tokenizer, adapter=_adapter(cfg),
                                   run_dir=request.out_dir)
         try:
             for split, split_rows in rows.items():
@@ -135,6 +145,9 @@ def run_evaluation(cfg: Config, spec: PolicySpec | PolicyOpener,
     yields: tests pass scripted policies); cases in `<out>/cases.jsonl`."""
     opener = (lambda: open_policy(spec, cfg)) if isinstance(spec, PolicySpec) else spec
     domain_for(cfg)  # an unregistered environment fails before anything starts
+    adapter = _adapter(cfg)
+    for protocol in request.protocols:
+        check_supported(adapter, protocol)
     rows = {split: round_robin(_split_rows(cfg, split), request.limit) for split in request.splits}
     train_types = frozenset(row.task_type for row in _split_rows(cfg, request.train_split))
     request.out_dir.mkdir(parents=True, exist_ok=True)

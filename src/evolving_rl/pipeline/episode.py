@@ -20,7 +20,8 @@ action led to. Every way an episode can end is a status, never an exception:
   POLICY_ERROR      the policy server failed; ENV_ERROR: the env server failed or answered
                     something unreadable; ABORTED / EMPTY: the server aborted or returned nothing
 Infrastructure failures score None (the sample leaves its GRPO group). Replies without a valid
-action are sent as-is and counted in `action_statuses`. The env episode is always closed.
+action are sent as-is and counted in `action_statuses`. The env episode is always closed
+(`close_episode`).
 """
 
 from __future__ import annotations
@@ -177,7 +178,8 @@ async def _play(ep: _Episode, first: Observation, sampling: SamplingParams) -> E
     return ep.end(SampleStatus.TRUNCATED, "max_steps", 0.0)
 
 
-async def _close_episode(ctx: PipelineContext, clock: IOClock, episode_id: str) -> None:
+async def close_episode(ctx: PipelineContext, clock: IOClock, episode_id: str) -> None:
+    """Close an env episode; a failure is logged, never raised."""
     try:
         with clock.wait("env"):
             await ctx.env.close_episode(episode_id)
@@ -203,7 +205,7 @@ async def run_episode(ctx: PipelineContext, clock: IOClock, task: TaskSpec,
         try:
             result = await _play(ep, first, sampling)
         finally:
-            await asyncio.shield(_close_episode(ctx, clock, episode_id))
+            await asyncio.shield(close_episode(ctx, clock, episode_id))
     result.started_s, result.duration_s = started, time.perf_counter() - started
     return result
 

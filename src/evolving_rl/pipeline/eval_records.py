@@ -3,10 +3,10 @@
 Owns `ArmRecord` (one episode of a test task: status, score, success, steps and the
 environment's per-episode measures, `EnvironmentAdapter.episode_measures`), `CaseRecord` (one
 test task in one repeat under one protocol: the task retrieved for it, whether a skill was
-obtained, and its two arms) and `CaseStore` (an append-only JSONL file of finished cases, read
-back on a restart so that finished cases are not run again). The report is computed from the
-records alone (`pipeline.eval_report`), so an interrupted and resumed run reports exactly what an
-uninterrupted one does.
+obtained, a note on how the skill came or why none did, and its two arms) and `CaseStore` (an
+append-only JSONL file of finished cases, read back on a restart so that finished cases are not
+run again). The report is computed from the records alone (`pipeline.eval_report`), so an
+interrupted and resumed run reports exactly what an uninterrupted one does.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ class CaseRecord:
     Without a skill (no text came: a failed generation, or an unusable skill under
     `pipeline.unusable_skills: skip`) the "with skill" arm is the plain episode (nothing was
     injected), as the reference counts it; `with_skill` is then None and `arm("with_skill")`
-    the plain one.
+    the plain one. `skill_note` (None: nothing to note) names what went unlike the protocol
+    intends, e.g. an expert trajectory missing or not won (`pipeline.evaluation` NOTE_*).
     """
 
     protocol: str
@@ -58,6 +59,7 @@ class CaseRecord:
     skill_obtained: bool
     without_skill: ArmRecord
     with_skill: ArmRecord | None = None
+    skill_note: str | None = None
 
     @property
     def key(self) -> CaseKey:

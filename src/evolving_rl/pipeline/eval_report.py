@@ -6,15 +6,16 @@ split and returns flat metrics: for every bucket (`all`, `task_type/<t>`, and wi
 the latter under the no-skill protocol), the success rate and the environment's own metrics
 (`eval_metrics`, e.g. Mind2Web's standard metrics) per repeat, then their mean and population
 std over the repeats: `eval/<bucket>/<arm>_<metric>_mean|_std`, with the bucket's case count
-and share of cases that obtained a skill. Episodes that failed for an
-infrastructure reason leave the rates (they are counted in `eval/infra_failures`). Records are
-sorted first, so the result does not depend on the order cases finished in.
+and share of cases that obtained a skill. Episodes that failed for an infrastructure reason
+leave the rates (they are counted in `eval/infra_failures`); cases with a skill note are counted
+per note (`eval/note/<note>`). Records are sorted first, so the result does not depend on the
+order cases finished in.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -80,6 +81,8 @@ def summarize(records: Sequence[CaseRecord], eval_metrics: EnvMetrics,
     out["eval/infra_failures"] = float(sum(
         1 for r in ordered for arm in (r.with_skill, r.without_skill)
         if arm is not None and not arm.scored))
+    notes = Counter(r.skill_note for r in ordered if r.skill_note is not None)
+    out.update({f"eval/note/{note}": float(n) for note, n in sorted(notes.items())})
     out["eval/cases"] = float(len(ordered))
     out["eval/repeats"] = float(len({r.repeat for r in ordered}))
     return out

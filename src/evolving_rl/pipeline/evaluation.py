@@ -13,7 +13,17 @@
   self_inclusion  as `reference`, retrieving from the evaluated split itself with the test
                   task allowed: its top-1 is usually the test task, so the skill comes from an
                   attempt at the very task (the reference's training-time retrieval did not
-                  exclude the source task; an upper bound, never a headline number).
+                  exclude the source task; an upper bound, never a headline number);
+  expert_skill    as `reference`, but the skill is extracted from an expert trajectory of the
+                  retrieved task (its adapter's `ExpertDemonstrations`, replayed through the
+                  real environment by `pipeline.expert`) with the success flag the replay ended
+                  with: no expert commands, or a failed replay, is no skill (`NOTE_NO_EXPERT`,
+                  `NOTE_EXPERT_FAILED`); a replay that did not win is extracted as failed
+                  (`NOTE_EXPERT_NOT_WON`);
+  written_skill   no retrieval: the skill is the hand-written card of the test task's own type
+                  (its adapter's `WrittenSkills`; none for the type: `NOTE_NO_WRITTEN_SKILL`),
+                  the ceiling of the skill pipeline (can the solver use a correct skill at all).
+A protocol whose capability the adapter lacks fails at startup (`check_supported`).
 Test tasks are played by the adapter's `for_evaluation()` (Mind2Web: teacher forced, for its
 standard metrics); the retrieved task's source episode is played as in training. Each finished
 case becomes a `CaseRecord` (kept in a `CaseStore` when one is given: cases already there are
@@ -26,17 +36,24 @@ import asyncio
 import copy
 import dataclasses
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from tqdm import tqdm
 
 from evolving_rl.core.skill import render_skill_card, validate_skill
 from evolving_rl.core.strenum import StrEnum
-from evolving_rl.domains.base import TaskSpec
+from evolving_rl.domains.base import (
+    EnvironmentAdapter,
+    ExpertDemonstrations,
+    TaskSpec,
+    Turn,
+    WrittenSkills,
+)
 from evolving_rl.pipeline.context import PipelineContext
 from evolving_rl.pipeline.episode import EpisodeResult, play
 from evolving_rl.pipeline.eval_records import ArmRecord, CaseRecord, CaseStore
 from evolving_rl.pipeline.eval_report import summarize
+from evolving_rl.pipeline.expert import replay_expert
 from evolving_rl.pipeline.extraction import extract_skills
 from evolving_rl.pipeline.rollout import retrieve
 from evolving_rl.pipeline.skill_library import SkillLibrary, SkillRecord
@@ -51,6 +68,32 @@ class EvalProtocol(StrEnum):
     LIBRARY = "library"
     LEAST_SIMILAR = "least_similar"
     SELF_INCLUSION = "self_inclusion"
+    EXPERT_SKILL = "expert_skill"
+    WRITTEN_SKILL = "written_skill"
+
+
+# `CaseRecord.skill_note` values (module docstring), counted by the report
+NOTE_NO_EXPERT = "no_expert_trajectory"
+NOTE_EXPERT_FAILED = "expert_replay_failed"
+NOTE_EXPERT_NOT_WON = "expert_not_won"
+NOTE_NO_WRITTEN_SKILL = "no_written_skill"
+# The protocols that retrieve no task
+_NO_RETRIEVAL = frozenset({EvalProtocol.NO_SKILL, EvalProtocol.WRITTEN_SKILL})
+_NEEDS = {EvalProtocol.EXPERT_SKILL: (ExpertDemonstrations, "expert trajectories"),
+          EvalProtocol.WRITTEN_SKILL: (WrittenSkills, "hand-written skills")}
+
+
+class UnsupportedProtocolError(ValueError):
+    """The environment's adapter lacks what the protocol needs."""
+
+
+def check_supported(adapter: EnvironmentAdapter, protocol: EvalProtocol) -> None:
+    """Raise `UnsupportedProtocolError` when `adapter` lacks the capability `protocol` needs."""
+    capability, what = _NEEDS.get(protocol, (None, ""))
+    if capability is not None and not isinstance(adapter, capability):
+        raise UnsupportedProtocolError(
+            f"the {protocol} protocol needs {what}, which the {adapter.name} environment "
+            f"does not provide ({capability.__name__} in domains/base.py)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,25 +126,82 @@ def protocol_context(ctx: PipelineContext, plan: EvalPlan) -> PipelineContext:
     return out
 
 
-async def _skill_for(ctx: PipelineContext, clock: IOClock, retrieved: TaskSpec | None,
-                     library: dict[str, SkillRecord] | None) -> str | None:
-    if retrieved is None:
+@dataclasses.dataclass(frozen=True)
+class _Sources:
+    """Where a protocol's skills come from besides the model (built once, at startup)."""
+
+    library: dict[str, SkillRecord] | None = None
+    expert: ExpertDemonstrations | None = None
+    written: Mapping[str, str] | None = None
+
+
+def _sources(adapter: EnvironmentAdapter, plan: EvalPlan) -> _Sources:
+    """The plan's skill sources; raises when the adapter lacks them (a bad written-skill file
+    raises too), before any case runs."""
+    check_supported(adapter, plan.protocol)
+    if plan.protocol is EvalProtocol.LIBRARY:
+        if plan.library is None:
+            raise ValueError("the library protocol needs a skill library")
+        return _Sources(library=plan.library.best_by_source())
+    if plan.protocol is EvalProtocol.EXPERT_SKILL:
+        return _Sources(expert=cast(ExpertDemonstrations, adapter))
+    if plan.protocol is EvalProtocol.WRITTEN_SKILL:
+        return _Sources(written=cast(WrittenSkills, adapter).written_skill_cards())
+    return _Sources()
+
+
+# (the card the solver reads, None: no skill; the case's skill note)
+_SkillOutcome = tuple[str | None, str | None]
+
+
+async def _extracted(ctx: PipelineContext, clock: IOClock, task: TaskSpec, turns: list[Turn],
+                     success: bool) -> str | None:
+    """The solver text of one greedy extraction from `turns`."""
+    (extraction,) = await extract_skills(
+        ctx, clock, task, turns, success, 1,
+        ctx.sampling(ctx.cfg.sampling.eval_extractor, solver=False))
+    return extraction.solver_text(ctx.cfg.pipeline.unusable_skills)
+
+
+def _library_card(record: SkillRecord | None) -> str | None:
+    if record is None or record.skill is None:
         return None
-    if library is not None:
-        record = library.get(retrieved.id)
-        if record is None or record.skill is None:
-            return None
-        parsed = validate_skill(record.skill, record.skill_format)
-        return render_skill_card(parsed.skill) if parsed.skill is not None else None
-    sampling = ctx.cfg.sampling
+    parsed = validate_skill(record.skill, record.skill_format)
+    return render_skill_card(parsed.skill) if parsed.skill is not None else None
+
+
+async def _attempt_card(ctx: PipelineContext, clock: IOClock, retrieved: TaskSpec) -> str | None:
     source = await play(ctx, clock, retrieved, None,
-                        ctx.sampling(sampling.eval_solver, solver=True))
+                        ctx.sampling(ctx.cfg.sampling.eval_solver, solver=True))
     if source.trace is None or source.score is None:
         return None
-    (extraction,) = await extract_skills(
-        ctx, clock, retrieved, source.trace.turns, source.success, 1,
-        ctx.sampling(sampling.eval_extractor, solver=False))
-    return extraction.solver_text(ctx.cfg.pipeline.unusable_skills)
+    return await _extracted(ctx, clock, retrieved, source.trace.turns, source.success)
+
+
+async def _expert_card(ctx: PipelineContext, clock: IOClock, expert: ExpertDemonstrations,
+                       retrieved: TaskSpec) -> _SkillOutcome:
+    commands = expert.expert_commands(retrieved)
+    if not commands:
+        return None, NOTE_NO_EXPERT
+    replay = await replay_expert(ctx, clock, expert, retrieved, commands)
+    if replay is None:
+        return None, NOTE_EXPERT_FAILED
+    card = await _extracted(ctx, clock, retrieved, replay.turns, replay.success)
+    return card, None if replay.success else NOTE_EXPERT_NOT_WON
+
+
+async def _skill_for(ctx: PipelineContext, clock: IOClock, task: TaskSpec,
+                     retrieved: TaskSpec | None, sources: _Sources) -> _SkillOutcome:
+    if sources.written is not None:
+        card = sources.written.get(task.task_type)
+        return card, None if card is not None else NOTE_NO_WRITTEN_SKILL
+    if retrieved is None:
+        return None, None
+    if sources.library is not None:
+        return _library_card(sources.library.get(retrieved.id)), None
+    if sources.expert is not None:
+        return await _expert_card(ctx, clock, sources.expert, retrieved)
+    return await _attempt_card(ctx, clock, retrieved), None
 
 
 def _arm(test: PipelineContext, result: EpisodeResult) -> ArmRecord:
@@ -112,23 +212,23 @@ def _arm(test: PipelineContext, result: EpisodeResult) -> ArmRecord:
 
 async def _run_case(source: PipelineContext, test: PipelineContext, clock: IOClock,
                     plan: EvalPlan, task: TaskSpec, repeat: int, retrieved: TaskSpec | None,
-                    library: dict[str, SkillRecord] | None) -> CaseRecord:
+                    sources: _Sources) -> CaseRecord:
     solver = test.sampling(test.cfg.sampling.eval_solver, solver=True)
     without = asyncio.ensure_future(play(test, clock, task, None, solver))
-    card = None
+    card, note = None, None
     if plan.protocol is not EvalProtocol.NO_SKILL:
-        card = await _skill_for(source, clock, retrieved, library)
+        card, note = await _skill_for(source, clock, task, retrieved, sources)
     with_skill = await play(test, clock, task, card, solver) if card is not None else None
     return CaseRecord(
         protocol=str(plan.protocol), split=plan.split, task_id=task.id, task_type=task.task_type,
         repeat=repeat, retrieved_id=retrieved.id if retrieved is not None else None,
         skill_obtained=card is not None, without_skill=_arm(test, await without),
-        with_skill=_arm(test, with_skill) if with_skill is not None else None)
+        with_skill=_arm(test, with_skill) if with_skill is not None else None, skill_note=note)
 
 
 async def _retrieved(source: PipelineContext, clock: IOClock, plan: EvalPlan,
                      tasks: list[TaskSpec]) -> tuple[list[TaskSpec | None], bool]:
-    if plan.protocol is EvalProtocol.NO_SKILL or not tasks:
+    if plan.protocol in _NO_RETRIEVAL or not tasks:
         return [None] * len(tasks), False
     found = await retrieve(source, clock, tasks, 1)
     return [next(iter(hits), None) for hits in found.tasks], found.error is not None
@@ -138,8 +238,7 @@ async def evaluate_cases(ctx: PipelineContext, rows: Sequence[Mapping[str, Any]]
                          repeats: int, plan: EvalPlan) -> tuple[list[CaseRecord], bool]:
     """Every (test task, repeat) case of the plan, run or read back from its store; returns the
     records (finished ones included) and whether retrieval failed."""
-    if plan.protocol is EvalProtocol.LIBRARY and plan.library is None:
-        raise ValueError("the library protocol needs a skill library")
+    sources = _sources(ctx.adapter, plan)
     source = protocol_context(ctx, plan)
     test = copy.copy(source)
     test.adapter = ctx.adapter.for_evaluation()
@@ -151,11 +250,11 @@ async def evaluate_cases(ctx: PipelineContext, rows: Sequence[Mapping[str, Any]]
     needed = sorted({i for i, _ in todo})
     retrieved, failed = await _retrieved(source, clock, plan, [tasks[i] for i in needed])
     by_task = dict(zip(needed, retrieved, strict=True))
-    best = plan.library.best_by_source() if plan.protocol is EvalProtocol.LIBRARY else None
     with tqdm(total=len(todo), desc=f"eval {plan.protocol} {plan.split}".strip(), unit="case",
               disable=not plan.progress) as bar:
         async def one(i: int, repeat: int) -> CaseRecord:
-            record = await _run_case(source, test, clock, plan, tasks[i], repeat, by_task[i], best)
+            record = await _run_case(source, test, clock, plan, tasks[i], repeat, by_task[i],
+                                     sources)
             if plan.store is not None:
                 plan.store.append([record])
             bar.update(1)

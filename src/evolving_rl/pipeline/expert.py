@@ -1,0 +1,69 @@
+"""An expert's trajectory of a task, replayed through the real environment (protocol
+`expert_skill`, `pipeline.evaluation`).
+
+Owns `ExpertReplay` and `replay_expert`: the adapter's expert commands are played, under the
+episode semaphore, exactly as an episode is (the adapter's `reset` and `step` over the env
+client; the env episode is always closed), one `Turn` per command: the observation and the
+admissible actions it was sent at, the model text a solver would have written to send it
+(`ExpertDemonstrations.expert_reply`), the command and status `parse_action` reads from that
+text, and the reward and info of the observation it led to. The replay stops when the
+environment says done; it succeeded when that last observation is won (score 1). An env
+failure ends it without a trajectory (logged).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from evolving_rl.domains.base import ExpertDemonstrations, Observation, TaskSpec, Turn
+from evolving_rl.pipeline.context import PipelineContext
+from evolving_rl.pipeline.episode import ENV_ERRORS, close_episode
+from evolving_rl.pipeline.timing import IOClock
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ExpertReplay:
+    """The turns of a replayed expert trajectory and whether the environment said it won."""
+
+    turns: list[Turn]
+    success: bool
+
+
+async def _replay(ctx: PipelineContext, clock: IOClock, expert: ExpertDemonstrations,
+                  episode_id: str, observation: Observation,
+                  commands: list[str]) -> ExpertReplay:
+    turns: list[Turn] = []
+    for command in commands:
+        text = expert.expert_reply(command, observation)
+        choice = ctx.adapter.parse_action(text, observation)
+        with clock.wait("env"):
+            after = await ctx.adapter.step(ctx.env, episode_id, choice.command)
+        turns.append(Turn(observation.text, text, choice.command, choice.status,
+                          observation.actions, after.reward, after.info))
+        observation = after
+        if observation.done:
+            break
+    return ExpertReplay(turns, observation.done and observation.score >= 1.0)
+
+
+async def replay_expert(ctx: PipelineContext, clock: IOClock, expert: ExpertDemonstrations,
+                        task: TaskSpec, commands: list[str]) -> ExpertReplay | None:
+    """Play `commands` in `task` (rules in the module docstring); None on an env failure."""
+    async with ctx.limits.episodes:
+        try:
+            with clock.wait("env"):
+                episode_id, first = await ctx.adapter.reset(ctx.env, task)
+        except ENV_ERRORS as error:
+            logger.warning("expert replay of %s: reset failed: %s", task.id, error)
+            return None
+        try:
+            return await _replay(ctx, clock, expert, episode_id, first, commands)
+        except ENV_ERRORS as error:
+            logger.warning("expert replay of %s failed: %s", task.id, error)
+            return None
+        finally:
+            await asyncio.shield(close_episode(ctx, clock, episode_id))
