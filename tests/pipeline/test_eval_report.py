@@ -41,6 +41,10 @@ def test_rates_per_repeat_then_mean_and_population_std():
     assert out["eval/all/with_skill_success_std"] == pytest.approx(0.0)
     # without: repeat 0 -> 1/3, repeat 1 -> 1/3
     assert out["eval/all/without_skill_success_mean"] == pytest.approx(1 / 3)
+    # pooled over both repeats: with skill 4 wins of 6 episodes, without 2 of 6
+    assert (out["eval/all/with_skill_wins"], out["eval/all/with_skill_scored"]) == (4.0, 6.0)
+    assert (out["eval/all/without_skill_wins"], out["eval/all/without_skill_scored"]) == (2.0, 6.0)
+    assert out["eval/task_type/B/without_skill_wins"] == 1.0
     # type A with skill: repeat 0 -> 1, repeat 1 -> 1/2: mean .75, pstdev .25
     assert out["eval/task_type/A/with_skill_success_mean"] == pytest.approx(0.75)
     assert out["eval/task_type/A/with_skill_success_std"] == pytest.approx(0.25)

@@ -5,8 +5,9 @@ split and returns flat metrics: for every bucket (`all`, `task_type/<t>`, and wi
 `group/training_types` and `group/held_out_types`) and arm (`with_skill`, `without_skill`; only
 the latter under the no-skill protocol), the success rate and the environment's own metrics
 (`eval_metrics`, e.g. Mind2Web's standard metrics) per repeat, then their mean and population
-std over the repeats: `eval/<bucket>/<arm>_<metric>_mean|_std`, with the bucket's case count
-and share of cases that obtained a skill. Episodes that failed for an infrastructure reason
+std over the repeats: `eval/<bucket>/<arm>_<metric>_mean|_std`, with the bucket's case count,
+share of cases that obtained a skill, and each arm's wins and scored episodes over all repeats
+(`_wins`, `_scored`: the counts a pooled significance test needs). Episodes that failed for an infrastructure reason
 leave the rates (they are counted in `eval/infra_failures`); cases with a skill note are counted
 per note (`eval/note/<note>`). Records are sorted first, so the result does not depend on the
 order cases finished in.
@@ -55,6 +56,9 @@ def _bucket_metrics(name: str, members: Sequence[CaseRecord], arms: Sequence[str
                                  float(m.skill_obtained) for m in members)}
     repeats = sorted({m.repeat for m in members})
     for arm in arms:
+        scored = [m.arm(arm) for m in members if m.arm(arm).scored]
+        out[f"eval/{name}/{arm}_wins"] = float(sum(a.success for a in scored))
+        out[f"eval/{name}/{arm}_scored"] = float(len(scored))
         per_repeat = [_repeat_values([m for m in members if m.repeat == r], arm, eval_metrics)
                       for r in repeats]
         found = [values for values in per_repeat if values is not None]
