@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from evolving_rl.clients.http import TransportError
 from evolving_rl.config import parse_config
 from evolving_rl.domains.alfworld_written_skills import load_written_skills
 from evolving_rl.evaluate.report import write_report
@@ -21,9 +22,11 @@ from evolving_rl.evaluate.runner import EvalRequest, run_evaluation
 from evolving_rl.pipeline.context import make_adapter
 from evolving_rl.pipeline.eval_records import CaseStore
 from evolving_rl.pipeline.evaluation import (
+    NOTE_EXPERT_FAILED,
     NOTE_EXPERT_NOT_WON,
     NOTE_NO_EXPERT,
     NOTE_NO_WRITTEN_SKILL,
+    NOTE_SOURCE_FAILED,
     EvalPlan,
     EvalProtocol,
     UnsupportedProtocolError,
@@ -34,7 +37,7 @@ from evolving_rl.pipeline.evaluation import (
 from evolving_rl.pipeline.expert import replay_expert
 from evolving_rl.pipeline.timing import IOClock
 from tests.fakes.context import fake_context, toy_rows
-from tests.fakes.env import ACTIONS
+from tests.fakes.env import ACTIONS, FakeEnvClient
 from tests.fakes.scripted import EXTRACTOR_MARKER, SKILLS, ScriptedPolicy, skill_responder
 from tests.fakes.tokenizer import ByteChatTokenizer
 
@@ -44,6 +47,7 @@ SIZES = {"n_skills": 2, "top_k": 1, "max_steps": 3, "max_turn_tokens": 200,
          "max_context_tokens": 16384, "skill_format": "reference"}
 EXPERT = EvalPlan(protocol=EvalProtocol.EXPERT_SKILL, split="valid_unseen")
 WRITTEN = EvalPlan(protocol=EvalProtocol.WRITTEN_SKILL, split="valid_unseen")
+REFERENCE = EvalPlan(protocol=EvalProtocol.REFERENCE, split="valid_unseen")
 
 
 class Recorder:
@@ -199,3 +203,36 @@ def test_an_environment_without_the_capability_fails_at_startup(tmp_path):
     with pytest.raises(UnsupportedProtocolError, match="hand-written skills"):
         run_evaluation(web, opener, request)  # before any split is read or server started
     assert opened == [] and not (tmp_path / "out").exists()
+
+
+class _GameDown(FakeEnvClient):
+    """The toy server, with one game whose resets fail (an overloaded or broken worker)."""
+
+    def __init__(self, down: str) -> None:
+        super().__init__()
+        self.down = down
+
+    async def reset(self, body):
+        if body["game"] == self.down:
+            raise TransportError("fake env: reset timed out")
+        return await super().reset(body)
+
+
+@pytest.mark.parametrize(("plan", "note"), [(EXPERT, NOTE_EXPERT_FAILED),
+                                            (REFERENCE, NOTE_SOURCE_FAILED)])
+def test_a_skill_lost_to_the_environment_is_an_infra_failure(tmp_path, plan, note):
+    """t1 retrieves t0, whose game cannot be reset: t1 gets no skill for an infrastructure
+    reason, so its with-skill arm is unscored rather than counted as a no-skill episode."""
+    _games(tmp_path / "games", {"game0": WIN, "game1": WIN})
+    ctx = _context(tmp_path, Recorder())
+    ctx.env = _GameDown("game0")
+    records, _ = asyncio.run(evaluate_cases(ctx, toy_rows(2), 1, plan))
+    t1 = {r.task_id: r for r in records}["t1"]
+    assert t1.retrieved_id == "t0" and t1.skill_note == note and not t1.skill_obtained
+    assert t1.with_skill is not None and not t1.with_skill.scored
+    assert t1.without_skill.scored  # its own game plays
+    metrics = asyncio.run(run_eval(ctx, toy_rows(2), plan=plan))
+    # t0's own episodes fail too; only t1's without-skill episode is scored
+    assert metrics["eval/infra_failures"] == 3.0
+    assert metrics["eval/all/with_skill_scored"] == 0.0
+    assert metrics["eval/all/without_skill_scored"] == 1.0

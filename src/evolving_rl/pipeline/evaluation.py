@@ -23,7 +23,11 @@
   written_skill   no retrieval: the skill is the hand-written card of the test task's own type
                   (its adapter's `WrittenSkills`; none for the type: `NOTE_NO_WRITTEN_SKILL`),
                   the ceiling of the skill pipeline (can the solver use a correct skill at all).
-A protocol whose capability the adapter lacks fails at startup (`check_supported`).
+A protocol whose capability the adapter lacks fails at startup (`check_supported`). A skill
+that could not be obtained for an infrastructure reason — the retrieved task's source episode
+(`NOTE_SOURCE_FAILED`) or expert replay (`NOTE_EXPERT_FAILED`) failed in the environment or
+the policy — leaves the case's with-skill arm unscored (`INFRA_ARM`, an infra failure) instead
+of standing in as a no-skill episode.
 Test tasks are played by the adapter's `for_evaluation()` (Mind2Web: teacher forced, for its
 standard metrics); the retrieved task's source episode is played as in training. Each finished
 case becomes a `CaseRecord` (kept in a `CaseStore` when one is given: cases already there are
@@ -77,6 +81,9 @@ NOTE_NO_EXPERT = "no_expert_trajectory"
 NOTE_EXPERT_FAILED = "expert_replay_failed"
 NOTE_EXPERT_NOT_WON = "expert_not_won"
 NOTE_NO_WRITTEN_SKILL = "no_written_skill"
+NOTE_SOURCE_FAILED = "source_episode_failed"
+INFRA_NOTES = frozenset({NOTE_EXPERT_FAILED, NOTE_SOURCE_FAILED})
+INFRA_ARM = ArmRecord("env_error", None, False, 0, {})  # unscored: leaves the rates
 # The protocols that retrieve no task
 _NO_RETRIEVAL = frozenset({EvalProtocol.NO_SKILL, EvalProtocol.WRITTEN_SKILL})
 _NEEDS = {EvalProtocol.EXPERT_SKILL: (ExpertDemonstrations, "expert trajectories"),
@@ -170,12 +177,13 @@ def _library_card(record: SkillRecord | None) -> str | None:
     return render_skill_card(parsed.skill) if parsed.skill is not None else None
 
 
-async def _attempt_card(ctx: PipelineContext, clock: IOClock, retrieved: TaskSpec) -> str | None:
+async def _attempt_card(ctx: PipelineContext, clock: IOClock,
+                        retrieved: TaskSpec) -> _SkillOutcome:
     source = await play(ctx, clock, retrieved, None,
                         ctx.sampling(ctx.cfg.sampling.eval_solver, solver=True))
     if source.trace is None or source.score is None:
-        return None
-    return await _extracted(ctx, clock, retrieved, source.trace.turns, source.success)
+        return None, NOTE_SOURCE_FAILED
+    return await _extracted(ctx, clock, retrieved, source.trace.turns, source.success), None
 
 
 async def _expert_card(ctx: PipelineContext, clock: IOClock, expert: ExpertDemonstrations,
@@ -201,7 +209,7 @@ async def _skill_for(ctx: PipelineContext, clock: IOClock, task: TaskSpec,
         return _library_card(sources.library.get(retrieved.id)), None
     if sources.expert is not None:
         return await _expert_card(ctx, clock, sources.expert, retrieved)
-    return await _attempt_card(ctx, clock, retrieved), None
+    return await _attempt_card(ctx, clock, retrieved)
 
 
 def _arm(test: PipelineContext, result: EpisodeResult) -> ArmRecord:
@@ -218,12 +226,16 @@ async def _run_case(source: PipelineContext, test: PipelineContext, clock: IOClo
     card, note = None, None
     if plan.protocol is not EvalProtocol.NO_SKILL:
         card, note = await _skill_for(source, clock, task, retrieved, sources)
-    with_skill = await play(test, clock, task, card, solver) if card is not None else None
+    with_skill = None
+    if card is not None:
+        with_skill = _arm(test, await play(test, clock, task, card, solver))
+    elif note in INFRA_NOTES:
+        with_skill = INFRA_ARM
     return CaseRecord(
         protocol=str(plan.protocol), split=plan.split, task_id=task.id, task_type=task.task_type,
         repeat=repeat, retrieved_id=retrieved.id if retrieved is not None else None,
         skill_obtained=card is not None, without_skill=_arm(test, await without),
-        with_skill=_arm(test, with_skill) if with_skill is not None else None, skill_note=note)
+        with_skill=with_skill, skill_note=note)
 
 
 async def _retrieved(source: PipelineContext, clock: IOClock, plan: EvalPlan,
