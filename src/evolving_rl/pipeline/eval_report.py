@@ -7,10 +7,10 @@ the latter under the no-skill protocol), the success rate and the environment's 
 (`eval_metrics`, e.g. Mind2Web's standard metrics) per repeat, then their mean and population
 std over the repeats: `eval/<bucket>/<arm>_<metric>_mean|_std`, with the bucket's case count,
 share of cases that obtained a skill, and each arm's wins and scored episodes over all repeats
-(`_wins`, `_scored`: the counts a pooled significance test needs). Episodes that failed for an infrastructure reason
-leave the rates (they are counted in `eval/infra_failures`); cases with a skill note are counted
-per note (`eval/note/<note>`). Records are sorted first, so the result does not depend on the
-order cases finished in.
+(`_wins`, `_scored`: the counts a pooled significance test needs). Episodes that failed for an
+infrastructure reason leave the rates (they are counted in `eval/infra_failures`); cases with a
+skill note are counted per note (`eval/note/<note>`). Records are sorted first, so the result
+does not depend on the order cases finished in.
 """
 
 from __future__ import annotations
