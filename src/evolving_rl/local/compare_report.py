@@ -80,23 +80,20 @@ def series(records: Sequence[Mapping[str, Any]], key: str) -> dict[int, float]:
             if r.get("kind") == "train" and r.get(key) is not None}
 
 
+def _eval_record(records: Sequence[Mapping[str, Any]], phase: str) -> Mapping[str, Any]:
+    """The held-out evaluation record of `phase` ("before" / "after"); empty when absent."""
+    return next((r for r in records if r.get("kind") == "eval" and r.get("phase") == phase), {})
+
+
 def held_out(records: Sequence[Mapping[str, Any]], phase: str, arm: str) -> float | None:
-    for record in records:
-        if record.get("kind") == "eval" and record.get("phase") == phase:
-            return record.get(f"eval/all/{arm}_success_mean")
-    return None
+    return _eval_record(records, phase).get(f"eval/all/{arm}_success_mean")
 
 
 def held_out_wins(records: Sequence[Mapping[str, Any]], phase: str, arm: str) -> Pooled | None:
     """Wins and scored episodes of one held-out arm (None when that evaluation is absent)."""
-    for record in records:
-        if record.get("kind") == "eval" and record.get("phase") == phase:
-            wins = record.get(f"eval/all/{arm}_wins")
-            episodes = record.get(f"eval/all/{arm}_scored")
-            if wins is None or episodes is None:
-                return None
-            return Pooled(int(wins), int(episodes))
-    return None
+    record = _eval_record(records, phase)
+    wins, episodes = record.get(f"eval/all/{arm}_wins"), record.get(f"eval/all/{arm}_scored")
+    return None if wins is None or episodes is None else Pooled(int(wins), int(episodes))
 
 
 def pooled(per_run: Sequence[Pooled | None]) -> Pooled | None:

