@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from aiohttp import web
+from aiohttp import ClientSession, web
 
 from env.launch import free_port
 from evolving_rl.clients.env import EnvClient
@@ -55,17 +55,79 @@ def test_generate_sends_ids_and_reads_ids_log_probs_and_finish_reason():
     asyncio.run(_with_fake(run))
 
 
+async def _cancel_a_held_generation(client: SGLangPolicyClient, worker: FakeSGLang) -> None:
+    """Start a generation the worker holds, then cancel it (an episode aborted)."""
+    task = asyncio.ensure_future(client.generate([1, 2, 3], SAMPLING))
+    while not worker.requests:
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 def test_cancelling_a_generation_aborts_it_on_the_server():
     async def run(fake, client):
-        task = asyncio.ensure_future(client.generate([1, 2, 3], SAMPLING))
-        while not fake.requests:
-            await asyncio.sleep(0.01)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await _cancel_a_held_generation(client, fake)
         assert fake.aborted == [fake.requests[0]["rid"]]
 
     asyncio.run(_with_fake(run, hold=True))
+
+
+class _StockRouter:
+    """A stand-in for sglang-router 0.3.2 over one worker: forwards `/generate`, lists the worker
+    at `GET /workers` and answers 404 to `/abort_request`, as the PyPI router does."""
+
+    def __init__(self, worker_url: str) -> None:
+        self.worker_url, self.hits = worker_url, []
+        self._runner: web.AppRunner | None = None
+
+    async def _generate(self, request: web.Request) -> web.Response:
+        self.hits.append(request.path)
+        async with ClientSession() as session, session.post(
+                f"{self.worker_url}/generate", json=await request.json()) as answer:
+            return web.json_response(await answer.json())
+
+    async def _workers(self, request: web.Request) -> web.Response:
+        self.hits.append(request.path)
+        return web.json_response({"workers": [{"id": "w0", "url": self.worker_url}], "total": 1})
+
+    async def _not_found(self, request: web.Request) -> web.Response:
+        self.hits.append(request.path)
+        return web.Response(status=404)
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_post("/generate", self._generate)
+        app.router.add_get("/workers", self._workers)
+        app.router.add_route("*", "/{tail:.*}", self._not_found)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        port = free_port()
+        await web.TCPSite(self._runner, "127.0.0.1", port).start()
+        return f"http://127.0.0.1:{port}"
+
+    async def stop(self) -> None:
+        await self._runner.cleanup()
+
+
+def test_an_abort_through_the_router_reaches_the_worker(caplog):
+    """slime's way (slime/rollout/sglang_rollout.py:346-349): list the router's workers, post the
+    abort to each; the router's own /abort_request is a 404."""
+    async def run():
+        worker = FakeSGLang(hold=True)
+        router = _StockRouter(await worker.start(free_port()))
+        client = SGLangPolicyClient.open(await router.start(), CFG)
+        try:
+            await _cancel_a_held_generation(client, worker)
+            assert worker.aborted == [worker.requests[0]["rid"]]
+            assert router.hits == ["/generate", "/workers"]
+        finally:
+            await client.close()
+            await router.stop()
+            await worker.stop()
+
+    asyncio.run(run())
+    assert "abort" not in caplog.text  # no failed abort was logged
 
 
 def test_malformed_answers_are_policy_errors():

@@ -109,10 +109,25 @@ async def post_json(session: aiohttp.ClientSession, url: str, body: dict[str, An
             await asyncio.sleep(delay)
 
 
-async def get_json(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
-    """GET a JSON object (health checks); errors as in `post_json`, never retried."""
+async def post_ok(session: aiohttp.ClientSession, url: str, body: dict[str, Any], *,
+                  timeout_s: float) -> None:
+    """POST `body` once for its effect; any 2xx answer is success, whatever its body (SGLang's
+    `/abort_request` answers an empty 200). Errors as in `post_json`, never retried."""
     try:
-        async with session.get(url) as response:
+        async with session.post(url, json=body,
+                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
+            if response.status >= 400:
+                raise ServerError(url, response.status, await response.text())
+    except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+        raise TransportError(f"{url}: {type(error).__name__}: {error}") from error
+
+
+async def get_json(session: aiohttp.ClientSession, url: str,
+                   timeout_s: float | None = None) -> dict[str, Any]:
+    """GET a JSON object (health checks); errors as in `post_json`, never retried."""
+    timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s else None
+    try:
+        async with session.get(url, timeout=timeout) as response:
             if response.status >= 400:
                 raise ServerError(url, response.status, await response.text())
             data = await response.json(content_type=None)

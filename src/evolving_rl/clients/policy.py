@@ -5,7 +5,13 @@ plus `SGLangPolicyClient`, which posts token ids to SGLang's `/generate` with
 `return_logprob: true` and reads the sampled ids and log-probs back from
 `meta_info.output_token_logprobs` ([logprob, token id, text] per token). Nothing is ever
 re-tokenised. Every request carries its own `rid`; when the calling task is cancelled (an episode
-aborted), the client posts `/abort_request {"rid": ...}` so SGLang stops generating for nobody.
+aborted) or times out, the client aborts that `rid` on SGLang so it stops generating for nobody.
+Through a router it aborts as slime does (slime/rollout/sglang_rollout.py:346-349, then
+slime/backends/sglang_utils/server_control.py:32-34): it lists the router's workers
+(`GET /workers` -> `{"workers": [{"url": ...}]}`) and posts `/abort_request` to each worker, since
+the router (sglang-router 0.3.2) answers 404 to `/abort_request` itself. Unlike slime, which
+aborts everything (`abort_all`) at the end of a rollout, it aborts only its own `rid`. A server
+without `/workers` (a plain SGLang server, e.g. the evaluation's) gets the abort directly.
 A generation is retried only when the connection was refused before the request was sent.
 
 Top-p replay (the slime path, `SGLangPolicyClient(..., top_p_replay=True)`): a request with
@@ -36,8 +42,10 @@ from evolving_rl.clients.http import (
     RetryPolicy,
     ServerError,
     TransportError,
+    get_json,
     new_session,
     post_json,
+    post_ok,
 )
 from evolving_rl.config.schema import ClientConfig, SamplingConfig
 from evolving_rl.core.nucleus import Nucleus, nucleus_problem
@@ -229,9 +237,25 @@ class SGLangPolicyClient:
         return parse_sglang_response(data, nucleus_required=replay)
 
     async def _abort(self, rid: str) -> None:
-        """Ask the server to stop request `rid`; best effort, never raises."""
+        """Ask the server(s) to stop request `rid`; best effort: I/O failures are only logged."""
+        targets = await self._abort_targets()
+        results = await asyncio.gather(
+            *(post_ok(self._session, f"{url}/abort_request", {"rid": rid},
+                      timeout_s=ABORT_TIMEOUT_S) for url in targets), return_exceptions=True)
+        for url, result in zip(targets, results, strict=True):
+            if isinstance(result, (TransportError, ServerError)):
+                logger.warning("abort of request %s at %s failed: %s", rid, url, result)
+            elif isinstance(result, BaseException):
+                raise result
+
+    async def _abort_targets(self) -> list[str]:
+        """The router's workers (`GET /workers`), or the server itself when it lists none."""
         try:
-            await post_json(self._session, f"{self._base_url}/abort_request", {"rid": rid},
-                            retry=Retry.NONE, policy=self._retry, timeout_s=ABORT_TIMEOUT_S)
-        except (TransportError, ServerError) as error:
-            logger.warning("abort of request %s failed: %s", rid, error)
+            listing = await get_json(self._session, f"{self._base_url}/workers",
+                                     timeout_s=ABORT_TIMEOUT_S)
+        except (TransportError, ServerError):
+            return [self._base_url]  # a plain SGLang server has no /workers
+        workers = listing.get("workers")
+        urls = [w["url"].rstrip("/") for w in workers if isinstance(w, dict)
+                and isinstance(w.get("url"), str)] if isinstance(workers, list) else []
+        return urls or [self._base_url]
