@@ -3,7 +3,7 @@
 #
 #   bash scripts/alfworld/eval.sh --hf models/<checkpoint>            [--protocols reference no_skill]
 #   bash scripts/alfworld/eval.sh --local runs/<run>/checkpoints/step_0003 --config configs/<local profile>.yaml
-#   bash scripts/alfworld/eval.sh --torch-dist <save>/iter_0000150 --hf-base models/Qwen2.5-7B-Instruct
+#   bash scripts/alfworld/eval.sh --torch-dist runs/alfworld/checkpoints/iter_0000149 --hf-base models/Qwen2.5-7B-Instruct
 #
 # Default config: configs/alfworld.yaml. Options and environment: scripts/lib/eval_launch.sh (--help). The
 # data must be prepared first (scripts/alfworld/prepare_data.sh); the evaluation says so otherwise.

@@ -11,9 +11,11 @@
 #   --url URL           a running SGLang server or router (give --tokenizer DIR)
 #   --openai-url URL    a running OpenAI-compatible endpoint (give --tokenizer DIR and
 #                       --openai-model NAME; evaluation only: text answers are encoded again)
-#   --torch-dist DIR    a slime torch_dist checkpoint (e.g. <save>/iter_0000150); converted to HF
+#   --torch-dist DIR    a slime torch_dist checkpoint (e.g. runs/alfworld/checkpoints/iter_0000149:
+#                       slime saves at rollout ids 24, 49, ... and the last, 149); converted to HF
 #                       once with slime's tools/convert_torch_dist_to_hf.py (--hf-base DIR: the
-#                       original HF folder, for config and tokenizer), then served as --hf
+#                       original HF folder, for config and tokenizer), then served as --hf. A
+#                       missing DIR fails with the iterations its parent folder holds
 #   --local DIR         an HF folder run in-process by the local backend (--device cpu|cuda,
 #                       --dtype); a local main-job checkpoint is such a folder
 # Everything else goes to the evaluation (--config, --out, --protocols, --splits, --repeats,
@@ -24,7 +26,7 @@
 set -euo pipefail
 
 eval_usage() {
-    sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 eval_fail() {
@@ -62,6 +64,11 @@ _sglang_stop() {  # stop only the process group this script started
 _convert_torch_dist() {  # <torch_dist dir> <hf base> <out>: HF folder (converted once)
     local src="$1" base="$2" dst="$3" slime="${SLIME_DIR:-$ROOT/slime}"
     [ -n "$base" ] || eval_fail "--torch-dist needs --hf-base DIR (the original HF folder)"
+    if [ ! -d "$src" ]; then
+        local saved
+        saved="$(cd "$(dirname "$src")" 2>/dev/null && ls -d iter_* 2>/dev/null | tr '\n' ' ')"
+        eval_fail "no checkpoint at $src; $(dirname "$src") holds: ${saved:-no iter_* folder}"
+    fi
     [ -f "$slime/tools/convert_torch_dist_to_hf.py" ] \
         || eval_fail "slime is missing at $slime (git submodule update --init slime)"
     if [ ! -f "$dst/config.json" ]; then

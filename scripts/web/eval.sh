@@ -3,7 +3,7 @@
 #
 #   bash scripts/web/eval.sh --hf models/<checkpoint>            [--protocols reference no_skill]
 #   bash scripts/web/eval.sh --local runs/<run>/checkpoints/step_0003 --config configs/<local profile>.yaml
-#   bash scripts/web/eval.sh --torch-dist <save>/iter_0000150 --hf-base models/Qwen2.5-7B-Instruct
+#   bash scripts/web/eval.sh --torch-dist runs/mind2web/checkpoints/iter_0000199 --hf-base models/Qwen2.5-7B-Instruct
 #
 # Default config: configs/web.yaml. Options and environment: scripts/lib/eval_launch.sh (--help). The
 # data must be prepared first (scripts/web/prepare_data.sh); the evaluation says so otherwise.

@@ -63,6 +63,19 @@ def test_eval_scripts_refuse_a_missing_or_double_checkpoint(args):
         assert result.returncode == 2 and result.stderr.startswith("eval.sh: ")
 
 
+def test_eval_scripts_list_the_saved_iterations_when_the_checkpoint_is_missing(tmp_path):
+    saves = tmp_path / "checkpoints"
+    for name in ("iter_0000024", "iter_0000149"):
+        (saves / name).mkdir(parents=True)
+    for script in ("scripts/alfworld/eval.sh", "scripts/web/eval.sh"):
+        result = subprocess.run(["bash", script, "--torch-dist", str(saves / "iter_0000150"),
+                                 "--hf-base", str(tmp_path)], cwd=ROOT, capture_output=True,
+                                text=True, timeout=60)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith(f"eval.sh: no checkpoint at {saves / 'iter_0000150'}")
+        assert "holds: iter_0000024 iter_0000149" in result.stderr
+
+
 def test_openai_compatible_client_over_http():
     tokenizer = ByteChatTokenizer()
     seen: list[dict] = []
