@@ -13,7 +13,12 @@ import pytest
 from evolving_rl.config import load_config
 from evolving_rl.retrieval.build import refresh_cache
 from evolving_rl.retrieval.cache import load_cache
-from evolving_rl.retrieval.encoder import ModelLoadError, load_encoder, resolve_model
+from evolving_rl.retrieval.encoder import (
+    ModelLoadError,
+    load_encoder,
+    resolve_model,
+    weights_dtype,
+)
 
 QUERY_PROMPT = "Instruct: Given a task description, retrieve similar tasks\nQuery:"
 HIDDEN = 32
@@ -88,3 +93,22 @@ def test_configured_query_prompt_overrides_the_models(tmp_path, tiny_model, prep
 def test_missing_model_folder_is_a_clear_error(tmp_path):
     with pytest.raises(ModelLoadError, match="folder not found"):
         resolve_model(str(tmp_path / "Qwen3-Embedding-4B"))
+
+
+def test_weights_load_in_bfloat16_on_a_gpu_unless_told_otherwise():
+    assert weights_dtype("cuda", "auto") == weights_dtype("cuda:7", "auto") == "bfloat16"
+    assert weights_dtype("cpu", "auto") == "float32"
+    assert weights_dtype("cuda", "float32") == "float32"
+
+
+@pytest.mark.parametrize(("dtype", "expected"), [("auto", "float32"), ("bfloat16", "bfloat16")])
+def test_the_configured_dtype_is_the_weights_dtype(tmp_path, tiny_model, prepared_dir,
+                                                   make_config, dtype, expected):
+    import torch
+
+    cfg = load_config(make_config(tmp_path, prepared_dir, model=str(tiny_model), dtype=dtype))
+    encoder = load_encoder(cfg.retrieval)
+    assert {p.dtype for p in encoder.model.parameters()} == {getattr(torch, expected)}
+    vector = encoder.encode_queries(["put a clean mug in coffeemachine."])[0]
+    assert vector.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vector), 1.0, atol=1e-2)

