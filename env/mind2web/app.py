@@ -104,7 +104,7 @@ def create_app(cfg: Mind2WebConfig, store: TaskStore, table: EpisodeTable) -> Fl
     @app.post("/reset")
     def reset() -> Response:
         body = read_json_object()
-        episode = Episode(_task_key(store, body), _mode(body))
+        episode = Episode(_task_key(store, body), _mode(body), cfg.empty_positive_rule)
         if not store.task(episode.key).steps:
             raise WireError(422, "empty_task", "the task has no steps", "task")
         episode_id = table.add(episode)

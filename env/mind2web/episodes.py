@@ -3,7 +3,8 @@
 Owns episode state and the two modes. "train" (the reference's environment) ends the episode at
 the first wrong step; "eval" is teacher-forced: a wrong step is recorded and the episode moves on
 along the gold path, so every step is scored (MindAct's step metrics). An episode is won when it
-is done and every step was correct. The table bounds live episodes (full -> 503 + Retry-After),
+is done and every step was correct; a step is judged under the episode's empty-positive rule
+(`env.mind2web.validate`). The table bounds live episodes (full -> 503 + Retry-After),
 evicts episodes idle longer than the TTL, and names episodes by random ids.
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 from env.alfworld.wire import WireError
 from env.mind2web.store import TaskKey, TaskStore
 from env.mind2web.validate import Action, Result, judge
+from evolving_rl.core.web_metrics import STANDARD
 
 MODES = ("train", "eval")
 
@@ -28,6 +30,7 @@ class Episode:
 
     key: TaskKey
     mode: str
+    rule: str = STANDARD
     step: int = 0
     steps_correct: int = 0
     done: bool = False
@@ -37,7 +40,8 @@ class Episode:
     def act(self, store: TaskStore, action: Action) -> Result:
         """Judge `action` on the current step and advance (caller holds `lock`)."""
         task = store.task(self.key)
-        result = judge(task.steps[self.step].gold, store.snapshot(self.key, self.step), action)
+        result = judge(task.steps[self.step].gold, store.snapshot(self.key, self.step), action,
+                       self.rule)
         self.steps_correct += int(result.correct)
         if result.correct or self.mode == "eval":
             self.step += 1

@@ -1,12 +1,15 @@
-"""Judging one action against one Mind2Web step: the reference's rules plus MindAct's metrics.
+"""Judging one action against one Mind2Web step: MindAct's scoring plus the empty-positive rule.
 
-Owns `judge`. The operation must match after normalisation (HOVER and ENTER count as CLICK). The
-target must be a positive candidate: the chosen line's chain holds one of the step's positive
-backend ids (match "positive"). A step with no positive candidate falls back, as the reference
-does, on its action repr (`[role] text -> OP: value`): the chosen element must have an equivalent
-role and its text must contain, be contained in, or be similar (ratio >= 0.72) to the gold text
-(match "fuzzy"). TYPE / SELECT values match after lower-casing and whitespace collapse; CLICK
-takes no value (value_correct None). `op_f1` is MindAct's token-set F1 of "OP value" vs gold.
+Owns `judge`. The element is right when the chosen line's chain holds one of the step's positive
+backend ids (match "positive"). Some official steps have no positive candidate: under the
+standard rule (`mind2web.empty_positive_rule: standard`, MindAct's evaluation) no element is right
+there; under `reference_fallback` (the reference's environment, kept for training) the step's
+action repr (`[role] text -> OP: value`) stands in: the chosen element must have an equivalent
+role and its text must contain, be contained in, or be similar (ratio >= 0.72) to the gold text.
+Either way such a match is reported as "fuzzy", so a client can score both rules. The operation
+F1 and the step's correctness are `core.web_metrics`'s (`op_f1` of the predicted and gold action
+strings, `step_success`): one definition for the server and the metrics. HOVER and ENTER count as
+CLICK (`op_correct`).
 """
 
 from __future__ import annotations
@@ -16,8 +19,18 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 
 from env.mind2web.snapshot import Element, Snapshot, clean
+from evolving_rl.core.web_metrics import (
+    CLICK_OPS,
+    STANDARD,
+    element_correct,
+    gold_action_text,
+    normalise_op,
+    op_f1,
+    predicted_action_text,
+    step_success,
+)
 
-OPS = frozenset({"CLICK", "TYPE", "SELECT", "HOVER", "ENTER"})
+OPS = CLICK_OPS | {"TYPE", "SELECT"}
 FUZZY_RATIO = 0.72
 _REPR = re.compile(r"^\[(?P<role>[^\]]*)\]\s*(?P<target>.*?)\s*->\s*(?P<op>[A-Za-z]+)"
                    r"(?:\s*:\s*(?P<value>.*))?$", re.S)
@@ -26,13 +39,8 @@ ROLE_EQUIVALENTS = {"searchbox": {"textbox", "searchbox"}, "textbox": {"textbox"
                     "option": {"option", "combobox"}}
 
 
-def normalise_op(op: str) -> str:
-    op = op.strip().upper()
-    return "CLICK" if op in {"HOVER", "ENTER"} else op
-
-
-def normalise_value(value: str) -> str:
-    return clean(value).lower()
+def _folded(text: str) -> str:
+    return clean(text).lower()
 
 
 @dataclass(frozen=True)
@@ -44,10 +52,6 @@ class GoldStep:
     positive_ids: frozenset[str]
     action_repr: str
 
-    @property
-    def takes_value(self) -> bool:
-        return normalise_op(self.op) in {"TYPE", "SELECT"}
-
 
 @dataclass(frozen=True)
 class Action:
@@ -58,12 +62,11 @@ class Action:
 
 @dataclass(frozen=True)
 class Result:
-    correct: bool
-    element_correct: bool
+    correct: bool  # step success
+    element_correct: bool  # under the server's empty-positive rule
     op_correct: bool
-    value_correct: bool | None
     op_f1: float
-    match: str  # "positive" | "fuzzy" | "none"
+    match: str  # "positive" | "fuzzy" (no positive candidate; the repr matches) | "none"
 
 
 def _repr_parts(action_repr: str) -> tuple[str, str, str]:
@@ -81,7 +84,7 @@ def _role_ok(expected: str, roles: frozenset[str]) -> bool:
 
 
 def _text_ok(expected: str, actual: str) -> bool:
-    expected, actual = normalise_value(expected), normalise_value(actual)
+    expected, actual = _folded(expected), _folded(actual)
     if not expected or expected in actual or actual in expected:
         return True
     return SequenceMatcher(None, expected, actual).ratio() >= FUZZY_RATIO
@@ -96,36 +99,21 @@ def element_match(gold: GoldStep, element: Element) -> str:
     return "fuzzy" if fuzzy else "none"
 
 
-def expected_refs(gold: GoldStep, snapshot: Snapshot) -> list[str]:
-    """The refs of `snapshot` that `judge` accepts as this step's target."""
-    return [e.ref for e in snapshot.elements if element_match(gold, e) != "none"]
+def expected_refs(gold: GoldStep, snapshot: Snapshot, rule: str = STANDARD) -> list[str]:
+    """The refs of `snapshot` that `judge` accepts as this step's target under `rule`."""
+    return [e.ref for e in snapshot.elements if element_correct(element_match(gold, e), rule)]
 
 
 def gold_value(gold: GoldStep) -> str:
     return gold.value or _repr_parts(gold.action_repr)[2]
 
 
-def op_f1(action: Action, gold: GoldStep) -> float:
-    """MindAct's operation F1: token sets of "OP value" (value only for TYPE / SELECT)."""
-    def tokens(op: str, value: str) -> set[str]:
-        op = normalise_op(op)
-        return set(f"{op} {value}".split() if op in {"TYPE", "SELECT"} else [op])
-
-    pred, label = tokens(action.op, action.value), tokens(gold.op, gold_value(gold))
-    common = len(pred & label)
-    if not common:
-        return 0.0
-    precision, recall = common / len(pred), common / len(label)
-    return 2 * precision * recall / (precision + recall)
-
-
-def judge(gold: GoldStep, snapshot: Snapshot, action: Action) -> Result:
-    """The result of `action` (ref in `snapshot`) on the step `gold`."""
+def judge(gold: GoldStep, snapshot: Snapshot, action: Action, rule: str = STANDARD) -> Result:
+    """The result of `action` (ref in `snapshot`) on the step `gold`, under `rule`."""
     element = snapshot.element(action.ref)
     match = "none" if element is None else element_match(gold, element)
-    op_correct = normalise_op(action.op) == normalise_op(gold.op)
-    value_correct = (normalise_value(action.value) == normalise_value(gold_value(gold))
-                     if gold.takes_value else None)
-    element_correct = match != "none"
-    correct = element_correct and op_correct and value_correct is not False
-    return Result(correct, element_correct, op_correct, value_correct, op_f1(action, gold), match)
+    element_ok = element_correct(match, rule)
+    f1 = op_f1(predicted_action_text(action.op, action.value),
+               gold_action_text(gold.op, gold_value(gold)))
+    return Result(step_success(element_ok, f1), element_ok,
+                  normalise_op(action.op) == normalise_op(gold.op), f1, match)

@@ -3,10 +3,16 @@
 import pytest
 
 from evolving_rl.core.web_metrics import (
+    REFERENCE_FALLBACK,
+    STANDARD,
     StepOutcome,
+    element_correct,
     first_error_action_accuracy,
+    gold_action_text,
     op_f1,
+    predicted_action_text,
     split_metrics,
+    step_success,
     task_metrics,
 )
 
@@ -20,6 +26,35 @@ def test_op_f1_token_sets():
     assert op_f1("", "") == 1.0 and op_f1("", "CLICK") == 0.0
     # punctuation tokens are dropped: {SELECT, 2} vs {SELECT, 2}
     assert op_f1("SELECT 2 ,", "SELECT 2") == 1.0
+
+
+def test_action_strings_follow_mindact():
+    assert gold_action_text("CLICK", "ignored") == "CLICK"  # a gold click has no value
+    assert gold_action_text("hover", "") == "CLICK" and gold_action_text("ENTER", "x") == "CLICK"
+    assert gold_action_text("TYPE", " wool socks ") == "TYPE wool socks"
+    assert predicted_action_text("click", "go now") == "CLICK go now"  # a prediction keeps it
+    assert predicted_action_text("CLICK", "") == "CLICK"
+
+
+def test_the_three_examples_of_issue_24():
+    # punctuation tokens dropped: {SELECT, Price, low, to, high} vs {SELECT, Price:, low, to,
+    # high}: 4 in common, p = r = 4/5
+    assert op_f1(predicted_action_text("SELECT", "Price : low to high"),
+                 gold_action_text("SELECT", "Price: low to high")) == pytest.approx(0.8)
+    # case-sensitive: only TYPE in common, p = r = 1/3; so not a step success
+    f1 = op_f1(predicted_action_text("TYPE", "Wool Socks"), gold_action_text("TYPE", "wool socks"))
+    assert f1 == pytest.approx(1 / 3) and not step_success(True, f1)
+    # a click sent with a two-word value: p = 1/3, r = 1
+    assert op_f1(predicted_action_text("CLICK", "go now"),
+                 gold_action_text("CLICK", "")) == pytest.approx(0.5)
+
+
+def test_element_correct_under_each_empty_positive_rule():
+    assert element_correct("positive", STANDARD) and element_correct("positive", REFERENCE_FALLBACK)
+    assert not element_correct("fuzzy", STANDARD) and element_correct("fuzzy", REFERENCE_FALLBACK)
+    assert not element_correct("none", REFERENCE_FALLBACK)
+    with pytest.raises(ValueError):
+        element_correct("positive", "lenient")
 
 
 def test_task_and_split_metrics_by_hand():

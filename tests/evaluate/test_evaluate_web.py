@@ -4,9 +4,14 @@ a scripted policy, and the report's numbers against hand-computed expectations.
 
 The scripted solver (`tests/fakes/web.WebSolver`) is right at every step when the good skill's
 card is in its prompt and right only at step 0 otherwise (its wrong action keeps the gold op and
-value, so the operation F1 stays 1). Test tasks are played teacher forced, so without a skill a
-task of n steps scores: element accuracy 1/n, operation F1 1, step success 1/n, task success 0,
-first-error action accuracy 1/2 (1 right of 2 attempted); with the skill every metric is 1.
+value, so the operation F1 stays 1). The server runs the reference's empty-positive fallback
+(`tests/servers.py`), so its verdicts (success, first-error accuracy) count the acted element of a
+step without a positive candidate as right; the standard metrics do not (MindAct), and their
+`reference_fallback_*` twins do. Test tasks are played teacher forced, so without a skill a task
+of n steps, p of them with a positive candidate, scores: element accuracy and step success 1/n
+under the fallback ([step 0 has a positive] / n standard), operation F1 1, task success 0,
+first-error action accuracy 1/2 (1 right of 2 attempted); with the skill element accuracy and
+step success p/n and task success [p == n] (all 1 under the fallback), everything else 1.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from evolving_rl.pipeline.evaluation import EvalProtocol
 from evolving_rl.pipeline.skill_library import SkillLibrary, SkillRecord
 from tests.fakes.scripted import SKILLS, ScriptedPolicy, skill_responder
 from tests.fakes.tokenizer import ByteChatTokenizer
-from tests.fakes.web import WebSolver, gold_book
+from tests.fakes.web import GoldPlay, WebSolver, gold_book
 from tests.servers import web_contract_config_file
 
 SPEC = GenerateSpec(tasks=16, seed=5, distractors=4, tasks_per_file=8, password="eval")
@@ -81,10 +86,19 @@ def _request(out: Path, *protocols: str, library: Path | None = None) -> EvalReq
                        protocols=tuple(EvalProtocol(p) for p in protocols), library=library)
 
 
-def _without(n_steps: list[int]) -> dict[str, float]:
-    return {"element_accuracy": fmean(1 / n for n in n_steps), "op_f1": 1.0,
-            "step_success_rate": fmean(1 / n for n in n_steps), "task_success_rate": 0.0,
-            "first_error_action_accuracy": 0.5, "success": 0.0}
+def _expected(plays: list[list[GoldPlay]], with_skill: bool) -> dict[str, float]:
+    """The hand-computed metrics of one arm over a split's tasks (module docstring)."""
+    right = [[p.positive if with_skill or i == 0 else False for i, p in enumerate(task)]
+             for task in plays]
+    fallback = [[with_skill or i == 0 for i in range(len(task))] for task in plays]
+    out = {"op_f1": 1.0, "first_error_action_accuracy": 1.0 if with_skill else 0.5,
+           "success": float(with_skill)}
+    for prefix, steps in (("", right), ("reference_fallback_", fallback)):
+        out |= {f"{prefix}element_accuracy": fmean(fmean(task) for task in steps),
+                f"{prefix}step_success_rate": fmean(fmean(task) for task in steps),
+                f"{prefix}task_success_rate": fmean(float(all(task)) for task in steps),
+                f"{prefix}op_f1": 1.0}
+    return out
 
 
 def _library(path: Path, rows: list[dict]) -> Path:
@@ -108,13 +122,14 @@ def test_every_protocol_on_every_split_against_hand_computed_numbers(web_eval, t
     outcome = run_evaluation(cfg, opener, _request(tmp_path / "out", *protocols, library=library))
     assert solver.misses == []  # every prompt showed the generated page of its step
     assert outcome.train_types == {r["metadata"]["task_type"] for r in rows["train"]}
+    assert not all(p.positive for plays in book.values() for p in plays)  # the rules differ
     for split in SPLITS:
-        n_steps = [r["metadata"]["n_steps"] for r in rows[split]]
+        plays = [book[r["question"]] for r in rows[split]]
         for protocol in protocols:
             metrics = outcome.results[split][protocol]
-            assert metrics["eval/cases"] == 2 * len(n_steps)
+            assert metrics["eval/cases"] == 2 * len(plays)
             assert metrics["eval/infra_failures"] == 0.0
-            for name, value in _without(n_steps).items():
+            for name, value in _expected(plays, with_skill=False).items():
                 assert metrics[f"eval/all/without_skill_{name}_mean"] == pytest.approx(value)
                 assert metrics[f"eval/all/without_skill_{name}_std"] == pytest.approx(0.0)
             if protocol == "no_skill":
@@ -122,9 +137,8 @@ def test_every_protocol_on_every_split_against_hand_computed_numbers(web_eval, t
                 assert not any("with_skill" in key for key in metrics)
                 continue
             assert metrics["eval/skill_obtained_rate"] == 1.0
-            for name in ("element_accuracy", "op_f1", "step_success_rate", "task_success_rate",
-                         "first_error_action_accuracy", "success"):
-                assert metrics[f"eval/all/with_skill_{name}_mean"] == pytest.approx(1.0)
+            for name, value in _expected(plays, with_skill=True).items():
+                assert metrics[f"eval/all/with_skill_{name}_mean"] == pytest.approx(value)
     records = CaseStore(tmp_path / "out" / CASES_FILE).load().values()
     retrieved = {(r.protocol, r.task_id): r.retrieved_id for r in records}
     train_ids = {row["id"] for row in rows["train"]}
@@ -144,6 +158,8 @@ def test_an_interrupted_run_resumes_to_the_same_report(web_eval, tmp_path):
     whole = run_evaluation(cfg, opener, _request(tmp_path / "whole", "reference"))
     meta = {"environment": "mind2web", "policy": "scripted"}
     write_report(tmp_path / "whole", meta, whole.results)
+    report = (tmp_path / "whole" / "report.md").read_text()
+    assert "with skill, reference's fallback on steps without a positive candidate" in report
     first, _, _ = _opener(book, kill_at=policy.calls // 2)
     with pytest.raises(Killed):
         run_evaluation(cfg, first, _request(tmp_path / "resumed", "reference"))

@@ -1,10 +1,11 @@
 """Gold play of generated Mind2Web tasks, for tests that script a web solver.
 
 Owns `GoldPlay` (one generated step: the page snapshot the env server shows, a right and a wrong
-action, judged as `env.mind2web.validate` does), `gold_book` (prepared question -> the steps of
-its task, for the train split and the test splits extracted from the zip) and `WebSolver` (right
-with the good skill's card in the prompt or before step `WRONG_AT`, wrong after; prompts whose
-page is not the generated one are recorded in `misses`).
+action, judged as `env.mind2web.validate` does under the reference's fallback — a step without a
+positive candidate, `positive` False, has no right element under the standard rule), `gold_book`
+(prepared question -> the steps of its task, for the train split and the test splits extracted
+from the zip) and `WebSolver` (right with the good skill's card in the prompt or before step
+`WRONG_AT`, wrong after; prompts whose page is not the generated one are recorded in `misses`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from env.mind2web.snapshot import build_snapshot
 from env.mind2web.validate import GoldStep, expected_refs
+from evolving_rl.core.web_metrics import REFERENCE_FALLBACK
 from tests.fakes.scripted import SKILLS
 
 GOOD_CARD = f"Skill: {SKILLS['compact'].good['name']}"  # in the card of either format
@@ -33,6 +35,7 @@ class GoldPlay:
     snapshot: str
     right: dict[str, str]
     wrong: dict[str, str]
+    positive: bool  # the step has a positive candidate
 
 
 def _play(action: dict, action_repr: str) -> GoldPlay:
@@ -41,10 +44,10 @@ def _play(action: dict, action_repr: str) -> GoldPlay:
     gold = GoldStep(operation["op"], operation["value"],
                     frozenset(c["backend_node_id"] for c in action["pos_candidates"]), action_repr)
     snapshot = build_snapshot(action["cleaned_html"])
-    good = expected_refs(gold, snapshot)
+    good = expected_refs(gold, snapshot, REFERENCE_FALLBACK)
     right = {"op": operation["op"], "ref": good[0], "value": operation["value"]}
     wrong = {**right, "ref": next(e.ref for e in snapshot.elements if e.ref not in good)}
-    return GoldPlay(snapshot.text, right, wrong)
+    return GoldPlay(snapshot.text, right, wrong, bool(gold.positive_ids))
 
 
 def gold_book(root: Path, prepared_dir: Path) -> dict[str, list[GoldPlay]]:

@@ -89,7 +89,6 @@ class FakeWebEnv:
             ep["step"] += 1
         ep["done"] = ep["step"] >= len(GOLD[ep["task"]]) or (not correct and ep["mode"] == "train")
         result = {"correct": correct, "element_correct": element, "op_correct": op_ok,
-                  "value_correct": None if op == "CLICK" else action["value"] == value,
                   "op_f1": 1.0 if op_ok else 0.5, "match": "positive" if element else "none"}
         return {**self._view(episode_id), "result": result}
 
@@ -279,6 +278,21 @@ def test_eval_protocol_plays_test_tasks_teacher_forced_and_reports_the_standard_
     assert metrics["eval/all/without_skill_task_success_rate_mean"] == 0.0
     assert metrics["eval/all/without_skill_first_error_action_accuracy_mean"] == 0.5
     assert metrics["eval/all/without_skill_success_mean"] == 0.0
+
+
+def test_eval_metrics_score_both_empty_positive_rules():
+    # task A: step 0 right; step 1 has no positive candidate and the reference's fallback
+    # accepts the element. Task B was recorded before the fallback column existed.
+    episodes = [{"steps": [[True, 1.0, True], [False, 1.0, True]], "first_error": [1, 2]},
+                {"steps": [[True, 1.0], [True, 0.5]], "first_error": [1, 2]}]
+    metrics = Mind2WebAdapter(mode="eval").eval_metrics(episodes)
+    assert metrics["element_accuracy"] == pytest.approx((1 / 2 + 1) / 2)
+    assert metrics["reference_fallback_element_accuracy"] == 1.0
+    assert metrics["step_success_rate"] == pytest.approx((1 / 2 + 1 / 2) / 2)
+    assert metrics["reference_fallback_step_success_rate"] == pytest.approx((1 + 1 / 2) / 2)
+    assert metrics["task_success_rate"] == 0.0
+    assert metrics["reference_fallback_task_success_rate"] == 0.5
+    assert metrics["op_f1"] == metrics["reference_fallback_op_f1"] == pytest.approx(0.875)
 
 
 def test_unreadable_replies_score_no_operation_f1(tmp_path):

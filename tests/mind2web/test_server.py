@@ -1,6 +1,8 @@
 """The Mind2Web env server as a real process, started and stopped through its launcher: gold
-replay wins every generated task, train mode stops at the first wrong step, eval mode is
-teacher-forced, every client mistake is a 4xx naming its field, capacity gives 503."""
+replay wins every generated task under the reference's empty-positive fallback, and under the
+standard rule scores no element on steps without a positive candidate; train mode stops at the
+first wrong step, eval mode is teacher-forced, every client mistake is a 4xx naming its field,
+capacity gives 503."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from env.mind2web.snapshot import build_snapshot
 from env.mind2web.store import LRU, OUTSIDE, TaskStore
 from env.mind2web.validate import GoldStep, expected_refs
 from evolving_rl.config import Config, parse_config
+from evolving_rl.core.web_metrics import REFERENCE_FALLBACK
 
 
 @dataclass(frozen=True)
@@ -49,15 +52,22 @@ class TaskCase:
                         frozenset(c["backend_node_id"] for c in action["pos_candidates"]),
                         self.data["action_reprs"][step])
 
-    def gold_action(self, step: int) -> dict:
+    def has_positive(self, step: int) -> bool:
+        return bool(self.data["actions"][step]["pos_candidates"])
+
+    def _acted(self, step: int) -> list[str]:
+        """The refs of the acted element (found from the action repr where no positive is)."""
         snapshot = build_snapshot(self.data["actions"][step]["cleaned_html"])
+        return expected_refs(self.gold(step), snapshot, REFERENCE_FALLBACK)
+
+    def gold_action(self, step: int) -> dict:
         operation = self.data["actions"][step]["operation"]
-        return {"op": operation["original_op"], "ref": expected_refs(self.gold(step), snapshot)[0],
+        return {"op": operation["original_op"], "ref": self._acted(step)[0],
                 "value": operation["value"]}
 
     def wrong_action(self, step: int) -> dict:
         snapshot = build_snapshot(self.data["actions"][step]["cleaned_html"])
-        good = set(expected_refs(self.gold(step), snapshot))
+        good = set(self._acted(step))
         ref = next(e.ref for e in snapshot.elements if e.ref not in good)
         return {**self.gold_action(step), "ref": ref}
 
@@ -104,7 +114,8 @@ def test_health_counts_every_task(server, tasks):
     assert body["status"] == "ok" and body["tasks"] == len(tasks) and body["episodes"] == 0
 
 
-def test_gold_replay_wins_every_task(server, tasks):
+def test_gold_replay_wins_every_task_under_the_reference_fallback(start_server, tasks):
+    server = start_server(empty_positive_rule="reference_fallback")
     for number, case in enumerate(tasks):
         by_file = number % 2 == 1
         view = server.reset({"file": case.file, "index": case.index} if by_file
@@ -124,6 +135,24 @@ def test_gold_replay_wins_every_task(server, tasks):
             assert view["result"]["correct"], (case.data["annotation_id"], step, view["result"])
         assert view["done"] and view["won"] and view["steps_correct"] == view["n_steps"]
         assert server.post("/close", {"episode_id": view["episode_id"]}).status_code == 200
+
+
+def test_standard_rule_scores_no_element_where_no_positive_is(server, tasks):
+    """Gold replay, teacher forced: a step without a positive candidate is wrong (its
+    operation still scores F1 1), so only tasks without such a step are won."""
+    for case in tasks:
+        view = server.reset(case.data["annotation_id"], mode="eval")
+        for step in range(view["n_steps"]):
+            view = server.post("/step", {"episode_id": view["episode_id"],
+                                         "action": case.gold_action(step)}).json()
+            result = view["result"]
+            assert result["correct"] is result["element_correct"] is case.has_positive(step)
+            assert result["match"] == ("positive" if case.has_positive(step) else "fuzzy")
+            assert result["op_f1"] == 1.0
+        n = view["n_steps"]
+        assert view["won"] is all(case.has_positive(i) for i in range(n))
+        assert view["steps_correct"] == sum(case.has_positive(i) for i in range(n))
+        server.post("/close", {"episode_id": view["episode_id"]})
 
 
 def test_train_mode_ends_at_the_first_wrong_step(server, tasks):

@@ -238,6 +238,9 @@ class Mind2WebConfig:
     retry_after_s: int = bounded(1, ge=1)
     max_body_bytes: int = bounded(65536, ge=1024)
     threads: int = bounded(16, ge=1)
+    # Steps without a positive candidate: "standard" (MindAct: no element is right) or
+    # "reference_fallback" (the reference's environment: the action repr's role and text).
+    empty_positive_rule: Literal["standard", "reference_fallback"] = "standard"
     log_dir: str = "runs/logs/mind2web"
     start_timeout_s: float = bounded(300.0, gt=0.0)
     stop_timeout_s: float = bounded(10.0, gt=0.0)

@@ -1,13 +1,25 @@
 """Mind2Web's standard metrics (MindAct) and the reference's first-error action accuracy.
 
-Owns `op_f1` (token-level F1 of "OP value" against the gold: whitespace tokens as sets, tokens
-that are a substring of `string.punctuation` dropped, as the official metric code does), the
-per-step record `StepOutcome`, `task_metrics` (one task's means) and `split_metrics` (the
+Owns the one definition of each per-step measure, used alike by the env server
+(`env.mind2web.validate`) and by the metrics here (docs/fidelity.md, "Mind2Web scoring"), after
+MindAct's evaluation code (OSU-NLP-Group/Mind2Web, `src/action_prediction/metric.py`):
+
+  action strings     `predicted_action_text`: "OP value" of the predicted op and value, whatever
+                     the op (a CLICK sent with a value keeps it); `gold_action_text`: the gold
+                     op alone for a click, else "OP value". HOVER and ENTER are clicks.
+  operation F1       `op_f1`: F1 of the two strings' whitespace-token sets, case-sensitive, tokens
+                     that are a substring of `string.punctuation` dropped
+  step success       `step_success`: element correct and operation F1 == 1
+  element correct    `element_correct`: the chosen element is a positive candidate; on a step
+                     with none, never under the "standard" rule (MindAct), and when the
+                     action repr matches (the server's "fuzzy" match) under "reference_fallback"
+
+and the per-step record `StepOutcome`, `task_metrics` (one task's means) and `split_metrics` (the
 macro-average over the tasks of a split):
 
   element accuracy   the step picked the gold element
-  operation F1       `op_f1` of the predicted "OP value" against the gold one
-  step success rate  element correct and operation F1 == 1
+  operation F1       as above
+  step success rate  as above
   task success rate  every step of the task successful
 
 Each is averaged over a task's steps, then over tasks (macro). These need teacher-forced
@@ -24,10 +36,35 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 
+CLICK_OPS = frozenset({"CLICK", "HOVER", "ENTER"})
+STANDARD, REFERENCE_FALLBACK = "standard", "reference_fallback"
+EMPTY_POSITIVE_RULES = (STANDARD, REFERENCE_FALLBACK)
+
+
+def normalise_op(op: str) -> str:
+    """The op upper-cased, HOVER and ENTER as CLICK (MindAct's `op` field does the same)."""
+    op = op.strip().upper()
+    return "CLICK" if op in CLICK_OPS else op
+
+
+def predicted_action_text(op: str, value: str) -> str:
+    """A prediction's "OP value" string (a click's value is kept, as MindAct parses it)."""
+    return f"{normalise_op(op)} {value.strip()}".strip()
+
+
+def gold_action_text(op: str, value: str) -> str:
+    """The gold "OP value" string: a click is its op alone."""
+    op = normalise_op(op)
+    return op if op == "CLICK" else f"{op} {value.strip()}".strip()
+
+
+def _tokens(text: str) -> set[str]:
+    return {t for t in text.split() if t not in string.punctuation}
+
+
 def op_f1(predicted: str, gold: str) -> float:
     """Token-level F1 of two "OP value" strings (rule in the module docstring)."""
-    pred = {t for t in predicted.split() if t not in string.punctuation}
-    label = {t for t in gold.split() if t not in string.punctuation}
+    pred, label = _tokens(predicted), _tokens(gold)
     if not pred and not label:
         return 1.0
     common = len(pred & label)
@@ -35,6 +72,18 @@ def op_f1(predicted: str, gold: str) -> float:
         return 0.0
     precision, recall = common / len(pred), common / len(label)
     return 2 * precision * recall / (precision + recall)
+
+
+def element_correct(match: str, rule: str) -> bool:
+    """Whether an element match ("positive" | "fuzzy" | "none") is right under `rule`."""
+    if rule not in EMPTY_POSITIVE_RULES:
+        raise ValueError(f"unknown empty-positive rule {rule!r}")
+    return match == "positive" or match == "fuzzy" and rule == REFERENCE_FALLBACK
+
+
+def step_success(element_correct: bool, f1: float) -> bool:
+    """MindAct's step success: the gold element and an exact operation (F1 == 1)."""
+    return element_correct and f1 == 1.0
 
 
 @dataclass(frozen=True)
@@ -50,7 +99,7 @@ class StepOutcome:
 
     @property
     def success(self) -> bool:
-        return self.element_correct and self.op_f1 == 1.0
+        return step_success(self.element_correct, self.op_f1)
 
 
 @dataclass(frozen=True)

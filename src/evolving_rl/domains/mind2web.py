@@ -28,7 +28,10 @@ annotation_id, mode}` and `/step {episode_id, action: {op, ref, value}}` answer 
 - Evaluation: `for_evaluation` is this adapter in "eval" mode (teacher forced); `eval_metrics`
   gives the standard metrics of a split's episodes from `step_outcomes` (each judged step as a
   `core.web_metrics.StepOutcome`; an unreadable reply scores 0) and the reference's first-error
-  action accuracy (`first_error_counts`).
+  action accuracy (`first_error_counts`). The element is judged from the server's match under
+  the standard rule (MindAct: a step without positive candidates has no right element) and,
+  as `reference_fallback_*`, under the reference's fallback on such steps, whatever rule the
+  server trains with.
 """
 
 from __future__ import annotations
@@ -45,7 +48,10 @@ from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import SampleStatus, TrainSample
 from evolving_rl.core.skill import SkillFormat, skill_schema_text
 from evolving_rl.core.web_metrics import (
+    REFERENCE_FALLBACK,
+    STANDARD,
     StepOutcome,
+    element_correct,
     first_error_action_accuracy,
     split_metrics,
 )
@@ -162,8 +168,9 @@ def _trajectory(turns: Sequence[Turn], budget: int) -> str:
     return "\n\n".join(blocks)
 
 
-def step_outcomes(turns: Sequence[Turn]) -> list[StepOutcome]:
-    """The judged steps of an episode (turns the server answered), for `core.web_metrics`.
+def step_outcomes(turns: Sequence[Turn], rule: str = STANDARD) -> list[StepOutcome]:
+    """The judged steps of an episode (turns the server answered), for `core.web_metrics`, the
+    element judged from the server's match under the empty-positive `rule`.
 
     A reply without a readable action scores nothing on that step: it was sent as `NO_ACTION`,
     whose CLICK would otherwise earn the operation F1 of a gold click.
@@ -176,7 +183,7 @@ def step_outcomes(turns: Sequence[Turn]) -> list[StepOutcome]:
         if turn.action_status != ActionStatus.OK:
             outcomes.append(StepOutcome(False, 0.0))
         else:
-            outcomes.append(StepOutcome(bool(result.get("element_correct")),
+            outcomes.append(StepOutcome(element_correct(str(result.get("match", "none")), rule),
                                         float(result.get("op_f1", 0.0))))
     return outcomes
 
@@ -285,22 +292,35 @@ class Mind2WebAdapter:
                                invalid_action_penalty=self.invalid_action_penalty)
 
     def episode_measures(self, turns: Sequence[Turn]) -> dict[str, Any]:
-        """Each judged step as [element correct, operation F1], and the first-error counts."""
-        return {"steps": [[o.element_correct, o.op_f1] for o in step_outcomes(turns)],
+        """Each judged step as [element correct, operation F1, element correct under the
+        reference's fallback], and the first-error counts."""
+        fallback = step_outcomes(turns, REFERENCE_FALLBACK)
+        return {"steps": [[o.element_correct, o.op_f1, f.element_correct]
+                          for o, f in zip(step_outcomes(turns), fallback, strict=True)],
                 "first_error": list(first_error_counts(turns))}
 
     def eval_metrics(self, episodes: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-        """The standard metrics (macro over episodes) and the reference's first-error action
-        accuracy, named apart (`core.web_metrics`); needs teacher-forced episodes."""
+        """The standard metrics (macro over episodes), the same under the reference's fallback
+        on steps without a positive candidate (`reference_fallback_*`) and the reference's
+        first-error action accuracy, named apart (`core.web_metrics`); needs teacher-forced
+        episodes. A step recorded before the fallback was (two items) counts alike in both."""
         if not episodes:
             return {}
-        metrics = split_metrics([[StepOutcome(bool(element), float(f1))
-                                  for element, f1 in episode["steps"]]
-                                 for episode in episodes]).as_dict()
-        metrics.pop("n_tasks")
+        metrics = {}
+        for column, prefix in ((0, ""), (2, f"{REFERENCE_FALLBACK}_")):
+            metrics |= split_metrics(_recorded_outcomes(episodes, column)).as_dict(prefix)
+            metrics.pop(f"{prefix}n_tasks")
         metrics["first_error_action_accuracy"] = first_error_action_accuracy(
             [tuple(episode["first_error"]) for episode in episodes])
         return metrics
+
+
+def _recorded_outcomes(episodes: Sequence[Mapping[str, Any]],
+                       column: int) -> list[list[StepOutcome]]:
+    """Recorded steps as outcomes, the element verdict read from `column` (the first when a
+    step has no such column)."""
+    return [[StepOutcome(bool(step[column] if column < len(step) else step[0]), float(step[1]))
+             for step in episode["steps"]] for episode in episodes]
 
 
 def trajectory_budget(cfg: Config) -> int:

@@ -6,8 +6,9 @@ repeats, training task types, how the solver decoded). Everything is derived fro
 with no clock or host in it, so a resumed run writes byte-identical reports. The Markdown
 report has, per split: success with and without the skill per protocol (mean ± std over the
 repeats), the training / held-out task-type groups, the cases with a skill note (e.g. an
-expert trajectory missing or not won), a per-task-type table, the environment's
-own metrics (Mind2Web's standard metrics and the reference's first-error action accuracy) and,
+expert trajectory missing or not won), a per-task-type table, the environment's own metrics
+(Mind2Web's standard metrics, a second row under the reference's fallback on steps without a
+positive candidate where that differs, and the reference's first-error action accuracy) and,
 where published numbers exist (`evaluate.published`), a table against them for the task-type
 groups the run measured.
 """
@@ -31,6 +32,8 @@ ARMS = (("with_skill", "with skill"), ("without_skill", "without skill"))
 ENV_METRICS = (("element_accuracy", "element acc."), ("op_f1", "op. F1"),
                ("step_success_rate", "step SR"), ("task_success_rate", "task SR"),
                ("first_error_action_accuracy", "first-error action acc. (reference's)"))
+FALLBACK = "reference_fallback_"  # the standard metrics under the reference's empty-positive rule
+FALLBACK_LABEL = "reference's fallback on steps without a positive candidate"
 
 
 def _pct(metrics: Mapping[str, float], bucket: str, arm: str, metric: str = "success") -> str:
@@ -72,12 +75,19 @@ def _task_type_rows(split_results: Mapping[str, Mapping[str, float]]) -> list[li
 
 
 def _env_metric_rows(split_results: Mapping[str, Mapping[str, float]]) -> list[list[str]]:
+    """Per protocol and arm the standard metrics, then, where they differ, the same under the
+    reference's fallback on steps without a positive candidate (Mind2Web)."""
     rows = []
     for protocol, metrics in split_results.items():
         for arm, label in ARMS:
-            if f"eval/all/{arm}_{ENV_METRICS[0][0]}_mean" in metrics:
-                rows.append([protocol, label,
-                             *[_pct(metrics, "all", arm, name) for name, _ in ENV_METRICS]])
+            if f"eval/all/{arm}_{ENV_METRICS[0][0]}_mean" not in metrics:
+                continue
+            rows.append([protocol, label,
+                         *[_pct(metrics, "all", arm, name) for name, _ in ENV_METRICS]])
+            fallback = [_pct(metrics, "all", arm, f"{FALLBACK}{name}")
+                        for name, _ in ENV_METRICS[:-1]]
+            if "–" not in fallback and fallback != rows[-1][2:-1]:
+                rows.append([protocol, f"{label}, {FALLBACK_LABEL}", *fallback, "–"])
     return rows
 
 
