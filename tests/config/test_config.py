@@ -88,8 +88,9 @@ def test_bad_values_name_key_and_file(tmp_path: Path, text: str, key: str, words
 def test_invalid_yaml_and_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="invalid YAML"):
         load_config(_write(tmp_path, "pipeline: [unclosed"))
-    with pytest.raises(ConfigError, match="not found"):
+    with pytest.raises(ConfigError) as err:
         load_config(tmp_path / "absent.yaml")
+    assert str(err.value) == f"no config file {tmp_path / 'absent.yaml'}"
     with pytest.raises(ConfigError, match="mapping"):
         load_config(_write(tmp_path, "- 1\n- 2\n"))
 
@@ -103,6 +104,19 @@ def test_overrides() -> None:
     assert err.value.key == "pipeline.top_k"
     with pytest.raises(ConfigError):
         parse_config({}, overrides=["pipeline.top_k"])
+
+
+def test_an_error_names_where_its_value_came_from() -> None:
+    path = ROOT / "configs/local_cpu.yaml"
+    with pytest.raises(ConfigError) as err:
+        load_config(path, overrides=["foo=1"])
+    assert str(err.value).startswith("config key 'foo' in --set foo=1: unknown key")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, overrides=["local=3"])
+    assert "in --set local=3:" in str(err.value)
+    with pytest.raises(ConfigError) as err:  # the file's value, though another key was set
+        parse_config({"pipeline": {"top_k": 0}}, path, overrides=["pipeline.n_skills=2"])
+    assert f"config key 'pipeline.top_k' in {path}:" in str(err.value)
 
 
 def test_int_accepted_for_float_and_round_trip() -> None:

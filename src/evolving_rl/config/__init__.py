@@ -27,27 +27,43 @@ def _apply_override(data: dict[str, Any], override: str) -> None:
     node[parts[-1]] = yaml.safe_load(raw)
 
 
+def _set_key(override: str) -> str:
+    return override.split("=", 1)[0].strip()
+
+
+def value_source(key: str, overrides: tuple[str, ...] | list[str],
+                 source: str | Path | None) -> str | Path | None:
+    """Where the value of `key` came from: the last `--set` of it (or of a section holding it),
+    else the file."""
+    for override in reversed(overrides):
+        set_key = _set_key(override)
+        if key == set_key or key.startswith((f"{set_key}.", f"{set_key}[")) or key == override:
+            return f"--set {override}"
+    return source
+
+
 def parse_config(data: Any, source: str | Path | None = None,
                  overrides: tuple[str, ...] | list[str] = ()) -> Config:
-    """Validate plain data (e.g. parsed YAML) into a `Config`; errors name key and source."""
+    """Validate plain data (e.g. parsed YAML) into a `Config`; errors name the key and where its
+    value came from (`--set KEY=VALUE` or the source file)."""
     data = dict(data or {})
     try:
         for override in overrides:
             _apply_override(data, override)
         return from_dict(Config, data)
     except ConfigError as err:
-        raise ConfigError(err.key, err.message, source) from None
+        raise ConfigError(err.key, err.message, value_source(err.key, overrides, source)) from None
 
 
 def load_config(path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> Config:
     """Load and validate a YAML config file."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError("<file>", "config file not found", path)
+        raise ConfigError("", f"no config file {path}")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as err:
-        raise ConfigError("<file>", f"invalid YAML: {err}", path) from None
+        raise ConfigError("", f"invalid YAML in config file {path}: {err}") from None
     if data is not None and not isinstance(data, dict):
-        raise ConfigError("<root>", "top level must be a mapping", path)
+        raise ConfigError("", f"config file {path}: the top level must be a mapping")
     return parse_config(data, path, overrides)

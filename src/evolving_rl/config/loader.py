@@ -18,11 +18,12 @@ T = TypeVar("T")
 
 
 class ConfigError(ValueError):
-    """A configuration value is missing, unknown, mistyped or out of range."""
+    """A configuration value is missing, unknown, mistyped or out of range (`key` empty: the
+    message is about the config as a whole, e.g. a missing file)."""
 
     def __init__(self, key: str, message: str, source: str | Path | None = None) -> None:
         where = f" in {source}" if source else ""
-        super().__init__(f"config key '{key}'{where}: {message}")
+        super().__init__(f"config key '{key}'{where}: {message}" if key else message)
         self.key = key
         self.message = message
         self.source = str(source) if source else None
