@@ -186,3 +186,15 @@ def test_mistakes_exit_2_with_a_message(run_dir, tmp_path, argv, message):
     assert done.returncode == 2 and message in done.stderr
     assert "Traceback" not in done.stderr and done.stdout == ""
 
+
+
+def test_an_export_with_no_usable_skill_writes_nothing_and_says_why(tmp_path, capsys):
+    unusable = [RECORDS[2], RECORDS[4]]  # an audit failure and an unparsed skill
+    SkillLibrary.in_run_dir(tmp_path / "run").append(unusable)
+    out = tmp_path / "run" / "skills.jsonl"
+    with pytest.raises(SystemExit) as exited:
+        main(["export", "--run-dir", str(tmp_path / "run"), "--out", str(out), "--top", "5"])
+    assert exited.value.code == 2 and not out.exists()
+    assert not out.with_name("skills.jsonl.partial").exists()
+    error = capsys.readouterr().err
+    assert f"nothing exported, {out} not written: none of the 2 skills is usable" in error

@@ -6,13 +6,15 @@
     python -m evolving_rl.skills search QUERY --run-dir D [--mode text|embedding] [--top-k K]
                                         [--config C] [the list filters] [--json]
     python -m evolving_rl.skills show   ID --run-dir D      # ID: rollout:source_id:skill_index
-    python -m evolving_rl.skills export --run-dir D --out FILE --top N [--task-type T] [--force]
+    python -m evolving_rl.skills export --run-dir D --out D/skills.jsonl --top N
+                                        [--task-type T] [--force]
 
 `--library PATH` names a library file instead of `--run-dir` (its skill_library.jsonl).
 Embedding search loads the encoder of `retrieval.*` in `--config` (default: the schema's,
 MiniLM on the CPU). An export is a library file in the same format, holding the best usable
 skill of each source task (the one evaluation would pick), the `top` by reward: evaluate with it
-through `SkillLibrary(FILE)`. Mistakes (no library, unknown id, a filter nothing has) exit 2.
+through `SkillLibrary(FILE)`. Mistakes (no library, unknown id, a filter nothing has, an export
+with no usable skill: nothing is written) exit 2.
 """
 
 from __future__ import annotations
@@ -132,6 +134,13 @@ def _export(args: argparse.Namespace, records: list[SkillRecord]) -> str:
     if args.out.is_dir() or (args.out.exists() and not args.force):
         raise SelectionError(f"--out {args.out} exists (pass --force to replace a file)")
     chosen = export_selection(records, args.top, args.task_type)
+    if not chosen:
+        usable = sum(1 for record in records if record.usable)
+        raise SelectionError(
+            f"nothing exported, {args.out} not written: none of the {len(records)} skills "
+            + (f"of task type {args.task_type} " if args.task_type else "")
+            + f"is usable and rewarded (parsed, passed the audit and was played downstream; "
+            f"{usable} of the library's skills are usable)")
     partial = args.out.with_name(args.out.name + ".partial")
     partial.parent.mkdir(parents=True, exist_ok=True)
     partial.unlink(missing_ok=True)
