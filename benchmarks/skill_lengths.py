@@ -36,6 +36,7 @@ from tqdm import tqdm
 from benchmarks.cli import parse_with_tiny
 from benchmarks.solver_probe import run_overrides
 from env.alfworld import launch
+from env.launch import job_serving
 from evolving_rl.clients.policy import FinishReason
 from evolving_rl.clients.tokenizer import HFChatTokenizer
 from evolving_rl.config import Config, load_config
@@ -132,12 +133,9 @@ def measure(args: argparse.Namespace, cfg: Config) -> int:
     path = resolve_model_path(cfg.local.model, cfg.local.models_dir)
     tokenizer = load_tokenizer(path)
     model = load_model(path, cfg.local.device, cfg.local.dtype, trainable=False)
-    launch.start(cfg)
-    try:
+    with job_serving(cfg, launch.start, launch.stop):
         extractions, wins = asyncio.run(extract_all(cfg, model, tokenizer, rows, args.skills,
                                                     args.cap))
-    finally:
-        launch.stop(cfg)
     out = summarize(extractions, args.cap, cfg.sampling.extractor.max_new_tokens)
     report(out, wins, len(rows))
     if args.out:

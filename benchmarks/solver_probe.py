@@ -29,7 +29,7 @@ import torch
 
 from benchmarks.cli import parse_with_tiny
 from env.alfworld import launch
-from env.launch import free_port, free_port_block
+from env.launch import free_port, free_port_block, job_serving
 from evolving_rl.clients.tokenizer import HFChatTokenizer
 from evolving_rl.config import Config, load_config
 from evolving_rl.local.job import split_rows
@@ -95,9 +95,8 @@ def probe(args: argparse.Namespace, cfg: Config) -> int:
     path = resolve_model_path(cfg.local.model, cfg.local.models_dir)
     tokenizer = load_tokenizer(path)
     model = load_model(path, cfg.local.device, cfg.local.dtype, trainable=False)
-    launch.start(cfg)
     measured = {}
-    try:
+    with job_serving(cfg, launch.start, launch.stop):
         for action_format in args.formats.split(","):
             variant = dataclasses.replace(cfg, alfworld=dataclasses.replace(
                 cfg.alfworld, action_format=action_format))
@@ -106,8 +105,6 @@ def probe(args: argparse.Namespace, cfg: Config) -> int:
             print(f"{action_format:9s}: admissible replies {out['admissible']:.2f} of "
                   f"{out['replies']}, wins {out['wins']}/{out['episodes']}, games with varied "
                   f"outcomes {out['varied']}/{out['groups']}")
-    finally:
-        launch.stop(cfg)
     if set(measured) == set(FORMATS):
         base = measured["verbatim"]["admissible"]
         ratio = measured["number"]["admissible"] / base if base else float("inf")

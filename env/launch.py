@@ -7,7 +7,8 @@ answers 200 (failing fast when the process dies), write/remove the server's own 
 stop a server by the PID in its PID file after checking that the PID still runs the expected
 command. Nothing here ever signals a process it cannot tie to a PID file it was given.
 A job that serves for the length of a block spawns its servers `tied_to_this_process()`, so that
-the kernel ends them when the job is killed outright (no `finally` runs on SIGKILL or OOM).
+the kernel ends them when the job is killed outright (no `finally` runs on SIGKILL or OOM), and
+turns SIGTERM into SystemExit (`stopped_on_sigterm`) so that it stops them itself: `job_serving`.
 """
 
 from __future__ import annotations
@@ -123,6 +124,11 @@ def _listening(port: int, host: str) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(1.0)
         return sock.connect_ex((host, port)) == 0
+
+
+def port_taken(port: int, host: str) -> bool:
+    """Whether a server already listens on `host:port` (checked before a job writes anything)."""
+    return _listening(port, host)
 
 
 def free_port(host: str = "127.0.0.1", exclude: Collection[int] = ()) -> int:
@@ -284,3 +290,29 @@ def serving(cfg: Config, start: Callable[[Config], object],
         yield
     finally:
         stop(cfg)
+
+
+@contextlib.contextmanager
+def stopped_on_sigterm() -> Iterator[None]:
+    """In the main thread: SIGTERM raises SystemExit inside the block, so that its `finally`
+    blocks (a `serving` block's `stop`) run when the job is terminated; the previous handler
+    is restored on exit. Elsewhere a no-op (only the main thread may set handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    exit_on_sigterm()
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def job_serving(cfg: Config, start: Callable[[Config], object],
+                stop: Callable[[Config], object]) -> Iterator[None]:
+    """`serving` for a job's main thread: the servers are stopped when the job is terminated
+    (SIGTERM: `stopped_on_sigterm`) and ended by the kernel when it is killed outright
+    (`tied_to_this_process`)."""
+    with stopped_on_sigterm(), tied_to_this_process(), serving(cfg, start, stop):
+        yield

@@ -63,3 +63,34 @@ def test_an_untied_server_outlives_its_spawner(tmp_path):
         assert _alive(child)
     finally:
         os.kill(child, signal.SIGKILL)
+
+
+SERVING = """
+import sys, time
+from env.launch import job_serving, spawn_server, stop_process
+procs = []
+
+def start(_cfg):
+    procs.append(spawn_server([sys.executable, "-c", "import time; time.sleep(60)"], sys.argv[1]))
+    print(procs[0].pid, flush=True)
+
+def stop(_cfg):
+    stop_process(procs[0])
+    open(sys.argv[2], "w").write("stopped")
+
+with job_serving(None, start, stop):
+    time.sleep(60)
+"""
+
+
+def test_a_terminated_job_stops_its_servers_itself(tmp_path):
+    """SIGTERM (what `kill` and a timeout send) runs the job's stop: the benchmarks and the main
+    job serve with `job_serving`/`stopped_on_sigterm`."""
+    marker = tmp_path / "stopped"
+    parent = subprocess.Popen([sys.executable, "-c", SERVING, str(tmp_path / "s.log"),
+                               str(marker)], stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    child = int(parent.stdout.readline())
+    parent.send_signal(signal.SIGTERM)
+    assert parent.wait(timeout=20) != 0
+    assert marker.read_text() == "stopped" and not _alive(child)
