@@ -20,12 +20,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-
-from evolving_rl.evaluate.published import published_for  # noqa: E402
+from evolving_rl.evaluate.published import published_for
+from evolving_rl.local.plot_style import bar_legend, colour, label_bars, plt, rate_axis, save
 
 Results = Mapping[str, Mapping[str, Mapping[str, float]]]
 ARMS = (("with_skill", "with skill"), ("without_skill", "without skill"))
@@ -136,23 +132,24 @@ def _split_section(environment: str, split: str,
 
 
 def _chart(path: Path, split: str, split_results: Mapping[str, Mapping[str, float]]) -> None:
+    """Success per task type, without and with a skill, in the project's one plot style."""
     protocol, metrics = next(iter(split_results.items()))
     types = _buckets(metrics, "task_type")
     fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(types) + 2), 4))
     width = 0.4
-    for offset, (arm, label) in zip((-width / 2, width / 2), ARMS, strict=True):
-        means = [100 * metrics.get(f"eval/task_type/{t}/{arm}_success_mean", 0.0) for t in types]
-        stds = [100 * metrics.get(f"eval/task_type/{t}/{arm}_success_std", 0.0) for t in types]
-        ax.bar([i + offset for i in range(len(types))], means, width, yerr=stds, label=label,
-               capsize=3)
+    for offset, (arm, label) in zip((-width / 2, width / 2), reversed(ARMS), strict=True):
+        means = [metrics.get(f"eval/task_type/{t}/{arm}_success_mean") for t in types]
+        stds = [metrics.get(f"eval/task_type/{t}/{arm}_success_std") or 0.0 for t in types]
+        bars = ax.bar([i + offset for i in range(len(types))], [m or 0.0 for m in means],
+                      width, yerr=stds, label=label, capsize=3, color=colour(arm))
+        label_bars(ax, bars, means)
     ax.set_xticks(range(len(types)), types, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("success (%)")
-    ax.set_ylim(0, 105)
-    ax.set_title(f"{split}: success per task type ({protocol} protocol)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100, metadata={"Software": None})
-    plt.close(fig)
+    ax.set_ylabel("success")
+    rate_axis(ax)
+    ax.set_title(f"{split}: success per task type\n({protocol} protocol, "
+                 f"{metrics.get('eval/cases', 0):.0f} cases)", fontsize=10)
+    bar_legend(ax)
+    save(fig, path)
 
 
 def write_report(out_dir: Path, meta: Mapping[str, Any], results: Results) -> list[Path]:

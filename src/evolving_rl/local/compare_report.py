@@ -25,13 +25,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+from matplotlib.patches import Patch
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-
-from evolving_rl.core.stats import Pooled, fisher_exact  # noqa: E402
-from evolving_rl.local.metrics import FILE_NAME, read_records  # noqa: E402
+from evolving_rl.core.stats import Pooled, fisher_exact
+from evolving_rl.local.metrics import FILE_NAME, read_records
+from evolving_rl.local.plot_style import (
+    colour,
+    label_bars,
+    line_style,
+    plt,
+    rate_axis,
+    save,
+    step_axis,
+)
 
 WINDOW = 3
 
@@ -62,6 +68,7 @@ TRAIN_PANELS = (
 RATES = {panel.title: panel.rate for panel in TRAIN_PANELS}
 ARMS = ("without_skill", "with_skill")
 PHASES = ("before", "after")
+PHASE_LOOK = {"before": {"alpha": 0.45, "hatch": "//"}, "after": {}}  # colour: the arm's
 
 Run = tuple[str, int, Path]
 
@@ -223,7 +230,8 @@ def _pooled_markdown(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def _band(ax: Any, per_seed: Sequence[Mapping[int, float]], label: str, rate: bool) -> None:
+def _band(ax: Any, per_seed: Sequence[Mapping[int, float]], label: str, rate: bool,
+          index: int) -> None:
     """Mean over seeds with a ± std band (a rate's band kept inside [0, 1])."""
     steps = sorted({s for points in per_seed for s in points})
     if not steps:
@@ -234,44 +242,49 @@ def _band(ax: Any, per_seed: Sequence[Mapping[int, float]], label: str, rate: bo
     high = [m + sd for m, sd, _ in stats]
     if rate:
         low, high = [max(0.0, v) for v in low], [min(1.0, v) for v in high]
-    ax.plot(steps, mean, marker=".", label=label)
-    ax.fill_between(steps, low, high, alpha=0.2)
+    line, = ax.plot(steps, mean, label=label, color=colour(label), **line_style(index))
+    ax.fill_between(steps, low, high, alpha=0.2, color=line.get_color())
 
 
 def _held_out_bars(ax: Any, summary: Mapping[str, Any]) -> None:
+    """Before and after training per method and arm: the arm's colour, before hatched and light."""
     bars = [(method, arm, entry["held_out"]) for method, entry in summary["methods"].items()
             for arm in ARMS if any(entry["held_out"][f"{p}/{arm}"]["n"] for p in PHASES)]
     width = 0.38
     for offset, phase in enumerate(PHASES):
         stats = [held[f"{phase}/{arm}"] for _, arm, held in bars]
-        ax.bar([i + (offset - 0.5) * width for i in range(len(bars))],
-               [s["mean"] if s["n"] else math.nan for s in stats], width,  # unmeasured: none
-               yerr=[s["std"] or 0.0 for s in stats], label=phase, capsize=3)
+        means = [s["mean"] if s["n"] else None for s in stats]  # unmeasured: n/a
+        drawn = ax.bar([i + (offset - 0.5) * width for i in range(len(bars))],
+                       [m or 0.0 for m in means], width, yerr=[s["std"] or 0.0 for s in stats],
+                       capsize=3, color=[colour(arm) for _, arm, _ in bars],
+                       **PHASE_LOOK[phase])
+        label_bars(ax, drawn, means)
     ax.set_xticks(range(len(bars)), [f"{method}\n{arm.replace('_', ' ')}"
                                      for method, arm, _ in bars], fontsize=7)
+    rate_axis(ax)
     ax.set_title("held-out success (mean ± std over seeds)")
-    ax.legend(fontsize=8)
+    ax.legend(handles=[Patch(facecolor="#999999", edgecolor="black", label=phase,
+                             **PHASE_LOOK[phase]) for phase in PHASES],
+              fontsize=8, ncols=2, loc="upper center")
 
 
 def plot_curves(summary: Mapping[str, Any], records: Records, out_path: Path) -> Path:
     rows = math.ceil((len(TRAIN_PANELS) + 1) / 3)
     fig, axes = plt.subplots(rows, 3, figsize=(15, 4 * rows))
     for ax, panel in zip(axes.flat, TRAIN_PANELS, strict=False):
-        for method, key in panel.keys.items():
+        for index, (method, key) in enumerate(panel.keys.items()):
             per_seed = [series(recs, key) for (m, _), recs in records.items() if m == method]
-            _band(ax, per_seed, method, panel.rate)
+            _band(ax, per_seed, method, panel.rate, index)
         ax.set_title(panel.title)
-        ax.set_xlabel("training step")
-        ax.grid(alpha=0.3)
+        step_axis(ax)
+        if panel.rate:
+            rate_axis(ax)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     _held_out_bars(axes.flat[len(TRAIN_PANELS)], summary)
     for ax in axes.flat[len(TRAIN_PANELS) + 1:]:
         ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(out_path, dpi=100)
-    plt.close(fig)
-    return out_path
+    return save(fig, out_path)
 
 
 def write_report(runs: Sequence[Run], out: Path) -> Path:
