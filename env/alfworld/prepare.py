@@ -12,9 +12,10 @@ folder under `json_2.1.1/<split>/` holding a `traj_data.json` of one of the six 
 The task sentence is the one the game states after "Your task is to: " (taken from the game's
 grammar). train = every train game; train_seen = the four training types; train_unseen =
 look_at_obj_in_light + pick_two_obj_and_place. Writes are atomic and the output depends only on
-the data, so re-running is idempotent; `manifest.json` holds counts per split and task type. A
-parquet copy is written next to each JSONL when pandas and pyarrow are installed (JSONL is the
-contract).
+the data, so re-running is idempotent, and a file already holding what would be written is left
+untouched (a rerun on unchanged data rewrites nothing); `manifest.json` holds counts per split
+and task type. A parquet copy is written next to each JSONL when pandas and pyarrow are
+installed (JSONL is the contract).
 
     python -m env.alfworld.prepare --config configs/local_cpu.yaml
 """
@@ -139,10 +140,15 @@ def output_splits(games: dict[str, list[GameRow]]) -> dict[str, list[GameRow]]:
             "valid_seen": games["valid_seen"], "valid_unseen": games["valid_unseen"]}
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def _write_atomic(path: Path, text: str) -> bool:
+    """Replace `path` by `text` atomically unless it already holds exactly that; whether it
+    was written."""
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        return False
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+    return True
 
 
 def _write_parquet(path: Path, rows: list[dict]) -> None:
@@ -160,18 +166,24 @@ def prepare(data_root: str | Path, prepared_dir: str | Path) -> dict:
     prepared_dir.mkdir(parents=True, exist_ok=True)
     with_parquet = all(importlib.util.find_spec(m) for m in ("pandas", "pyarrow"))
     manifest: dict = {"data_root": str(data_root), "splits": {}}
+    unchanged = []
     for name, rows in splits.items():
         records = [row.to_json() for row in rows]
-        _write_atomic(prepared_dir / f"{name}.jsonl",
-                      "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
-        if with_parquet:
-            _write_parquet(prepared_dir / f"{name}.parquet", records)
+        written = _write_atomic(prepared_dir / f"{name}.jsonl",
+                                "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        parquet = prepared_dir / f"{name}.parquet"
+        if with_parquet and (written or not parquet.is_file()):
+            _write_parquet(parquet, records)
+        if not written:
+            unchanged.append(name)
         by_type = Counter(row.task_type for row in rows)
         manifest["splits"][name] = {"games": len(rows),
                                     "by_task_type": dict(sorted(by_type.items()))}
         if not rows:
             logger.warning("split %s is empty", name)
     _write_atomic(prepared_dir / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+    if unchanged:
+        logger.info("prepared splits unchanged, kept as they were: %s", ", ".join(unchanged))
     return manifest
 
 

@@ -79,9 +79,12 @@ def test_idempotent(fake_root, tmp_path):
     prepared = tmp_path / "prepared"
     prepare(fake_root, prepared)
     first = {p.name: p.read_bytes() for p in prepared.iterdir()}
+    written = {p.name: p.stat().st_mtime_ns for p in prepared.iterdir()}
     prepare(fake_root, prepared)
     assert {p.name: p.read_bytes() for p in prepared.iterdir()} == first
     assert not [p for p in prepared.iterdir() if p.name.startswith(".")]
+    # unchanged data: nothing rewritten (a rerun reuses the prepared splits as they are)
+    assert {p.name: p.stat().st_mtime_ns for p in prepared.iterdir()} == written
 
 
 def test_missing_data_names_both_ways(tmp_path):

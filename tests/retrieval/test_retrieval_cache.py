@@ -109,3 +109,18 @@ def test_build_cli(tmp_path, prepared_dir, make_config, caplog):
     assert len(load_cache(tmp_path / "cache.npz").rows) == 30
     assert build.main(["--config", str(config_path), "--set", "retrieval.model=/nowhere"]) == 2
     assert "embedding model folder not found" in caplog.text
+
+
+def test_a_current_cache_is_known_without_the_encoder(tmp_path, encoder, make_config):
+    prepared = tmp_path / "prepared"
+    write_prepared_splits(prepared, 12, seed=4)
+    cfg = load_config(make_config(tmp_path, prepared))
+    assert not build.cache_is_current(cfg)  # no cache yet
+    refresh_cache(cfg, encoder, show_progress=False)
+    assert build.cache_is_current(cfg)
+    _rewrite_question(prepared, load_cache(cfg.retrieval.cache_path).rows[3].id, "a new task.")
+    assert not build.cache_is_current(cfg)
+    refresh_cache(cfg, encoder, show_progress=False)
+    other = dataclasses.replace(cfg, retrieval=dataclasses.replace(cfg.retrieval,
+                                                                   model=str(tmp_path)))
+    assert build.cache_is_current(cfg) and not build.cache_is_current(other)

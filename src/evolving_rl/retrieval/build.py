@@ -5,7 +5,8 @@
 Reads `<prepared_dir>/<split>.jsonl` through `retrieval.prepared` (all splits found unless
 `--splits`), embeds the task questions with `retrieval.model` (batch size, device and threads
 from the config), reuses the vectors of unchanged texts from an existing cache of the same model,
-and saves `retrieval.cache_path` atomically.
+and saves `retrieval.cache_path` atomically. `cache_is_current` tells a job that the cache already
+holds every row with the configured model (nothing to load, encode or write).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from evolving_rl.config import Config, ConfigError, load_config
 from evolving_rl.retrieval.cache import BuildStats, CacheError, build_cache, load_cache, save_cache
-from evolving_rl.retrieval.encoder import Encoder, ModelLoadError, load_encoder
+from evolving_rl.retrieval.encoder import Encoder, ModelLoadError, load_encoder, resolve_model
 from evolving_rl.retrieval.prepared import PreparedDataError, prepared_dir_for
 from evolving_rl.retrieval.tasks import load_task_rows
 
@@ -38,6 +39,22 @@ def refresh_cache(cfg: Config, encoder: Encoder, splits: list[str] | None = None
     cache, stats = build_cache(rows, encoder, previous, show_progress=show_progress)
     save_cache(cache, cache_path)
     return stats
+
+
+def cache_is_current(cfg: Config, splits: list[str] | None = None) -> bool:
+    """Whether `retrieval.cache_path` already holds exactly the rows of the prepared splits,
+    embedded by the configured model: then there is nothing to encode or write, and the encoder
+    need not be loaded."""
+    cache_path = Path(cfg.retrieval.cache_path)
+    if not cache_path.is_file():
+        return False
+    try:
+        cached = load_cache(cache_path)
+        model = resolve_model(cfg.retrieval.model).name
+    except (CacheError, ModelLoadError):
+        return False
+    return cached.model == model and cached.rows == tuple(
+        load_task_rows(prepared_dir_for(cfg), splits))
 
 
 def main(argv: list[str] | None = None) -> int:
