@@ -3,8 +3,9 @@
 Owns `prepare_data(cfg)`: generate a small game set with `generate` when the data root holds no
 games (`local.games_per_type` per task type and split on `local.generator_workers` processes,
 room sizes and task types from `alfworld.generator_*`), then (re)write the prepared splits with
-`prepare`; and `serve(cfg)`: the router + workers of `launch` for the duration of a block,
-stopped on any exit.
+`prepare`; `serve(cfg)`: the router + workers of `launch` for the duration of a block,
+stopped on any exit; and `ports(cfg)`: the ports they bind, by config key (checked free before
+the job writes anything, `evolving_rl.local.preflight`).
 """
 
 from __future__ import annotations
@@ -42,3 +43,10 @@ def prepare_data(cfg: Config) -> None:
 def serve(cfg: Config) -> contextlib.AbstractContextManager[None]:
     """The ALFWorld router + workers of `cfg` for the duration of the block."""
     return serving(cfg, launch.start, launch.stop)
+
+
+def ports(cfg: Config) -> dict[str, tuple[str, int, int]]:
+    """config key -> (host, first port, how many consecutive ports): the router, the workers."""
+    alf = cfg.alfworld
+    return {"alfworld.router_port": (alf.host, alf.router_port, 1),
+            "alfworld.worker_base_port": (alf.host, alf.worker_base_port, alf.n_workers)}

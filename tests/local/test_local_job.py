@@ -28,16 +28,19 @@ from evolving_rl.local.plots import plot_run
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_a_fresh_run_archives_the_previous_logs(tmp_path):
+def test_a_fresh_run_archives_the_previous_run_under_a_new_name_each_time(tmp_path):
     run = tmp_path / "run"
     MetricsLog.in_run_dir(run).write("eval", 0, {"phase": "before"})
+    (run / "checkpoints" / "step_0003").mkdir(parents=True)
+    first = archive_previous_run(run)
+    assert MetricsLog.in_run_dir(run).read() == [] and not (run / "checkpoints").exists()
+    assert len(MetricsLog(first / "metrics.jsonl").read()) == 1
+    assert (first / "checkpoints" / "step_0003").is_dir()
+    assert archive_previous_run(run) is None  # nothing but archives: a no-op
     (run / "skill_library.jsonl").write_text("{}\n")
-    archive_previous_run(run)
-    assert MetricsLog.in_run_dir(run).read() == []
-    assert not (run / "skill_library.jsonl").exists()
-    assert len(MetricsLog(run / "previous" / "metrics.jsonl").read()) == 1
-    archive_previous_run(run)  # nothing left to move: a no-op
-    assert (run / "previous" / "skill_library.jsonl").read_text() == "{}\n"
+    second = archive_previous_run(run)  # within the same second: a new folder all the same
+    assert second != first and (second / "skill_library.jsonl").read_text() == "{}\n"
+    assert sorted(p.name for p in first.iterdir()) == ["checkpoints", "metrics.jsonl"]
 
 
 def test_metrics_log_round_trip(tmp_path):

@@ -88,8 +88,9 @@ def test_wandb_logs_when_installed_and_configured(tmp_path, monkeypatch):
 
 def test_a_fresh_run_archives_the_event_files(tmp_path):
     run = tmp_path / "run"
-    for generation in range(2):  # the second archive replaces the first one's event files
+    archives = []
+    for _generation in range(2):  # each archive keeps its own event files
         _write_run(run, open_sinks(run, tensorboard=True))
-        archive_previous_run(run)
+        archives.append(archive_previous_run(run))
         assert not (run / TENSORBOARD_DIR).exists()
-        assert len(list((run / "previous" / TENSORBOARD_DIR).iterdir())) == 1, generation
+    assert [len(list((a / TENSORBOARD_DIR).iterdir())) for a in archives] == [1, 1]

@@ -6,7 +6,8 @@ Owns the sequence and nothing of what each stage does:
    module, `domains.registry`; ALFWorld's generates a small game set when the data root holds
    none, then writes the prepared splits);
 2. retrieval cache — `evolving_rl.retrieval.build.refresh_cache` with the configured encoder
-   (MiniLM from its PyPI package on the CPU default);
+   (MiniLM from its PyPI package on the CPU default), skipped when the cache already holds the
+   prepared tasks embedded by that model (`cache_is_current`);
 3. servers — retrieval (`env.retrieval.launcher`) and the environment's servers (its
    `serve(cfg)`), started with this job's `Config`; both stopped on exit, by the launchers that
    know the PIDs they started;
@@ -20,6 +21,11 @@ Every record goes to `<run>/metrics.jsonl` (its numbers also to TensorBoard even
 skills to `<run>/skill_library.jsonl`; the validated config the run used (overrides applied) to
 `<run>/config.yaml`.
 
+Before any of it, `local.preflight` checks every port the servers will bind and every path the
+job reads, and refuses to start (naming the config key to `--set`) with nothing written or
+moved; only then is an earlier run in the folder moved, whole, into a new
+`<run>/previous-<UTC time>/` (an archive is never written into again).
+
 A config whose trained roles sample at top-p < 1 is refused before any stage (`check_sampling`):
 the in-process decoder samples from the nucleus but returns, and the trainer recomputes, log-probs
 of the full distribution, so PPO's old log-probs would not be those of the sampling policy. The
@@ -31,9 +37,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import itertools
 import logging
 import random
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -51,9 +57,11 @@ from evolving_rl.config.schema import Config
 from evolving_rl.domains.registry import domain_for
 from evolving_rl.local.metrics import MetricsLog, group_variance
 from evolving_rl.local.model import load_model, load_tokenizer, resolve_model_path
+from evolving_rl.local.plot_style import reward_subtitle
 from evolving_rl.local.plots import plot_run
 from evolving_rl.local.policy import LocalPolicy
-from evolving_rl.local.scalars import TENSORBOARD_DIR, open_sinks
+from evolving_rl.local.preflight import preflight
+from evolving_rl.local.scalars import open_sinks
 from evolving_rl.local.trainer import GRPOTrainer, seed_everything
 from evolving_rl.pipeline.context import PipelineContext, build_context, make_adapter
 from evolving_rl.pipeline.evaluation import run_eval
@@ -94,9 +102,13 @@ def env_services(cfg: Config) -> ModuleType:
 
 
 def build_retrieval_cache(cfg: Config) -> None:
-    from evolving_rl.retrieval.build import refresh_cache
+    from evolving_rl.retrieval.build import cache_is_current, refresh_cache
     from evolving_rl.retrieval.encoder import load_encoder
 
+    if cache_is_current(cfg):
+        logger.info("retrieval cache %s is current (same tasks, same model): reused",
+                    cfg.retrieval.cache_path)
+        return
     stats = refresh_cache(cfg, load_encoder(cfg.retrieval))
     logger.info("retrieval cache %s: %d rows, %d encoded", cfg.retrieval.cache_path,
                 stats.n_rows, stats.n_encoded)
@@ -104,12 +116,14 @@ def build_retrieval_cache(cfg: Config) -> None:
 
 @contextlib.contextmanager
 def servers(cfg: Config) -> Iterator[None]:
-    """Retrieval and environment servers for the duration of the block; stopped on any exit,
-    and by the kernel if this job is killed outright (`env.launch.tied_to_this_process`)."""
-    from env.launch import tied_to_this_process
+    """Retrieval and environment servers for the duration of the block; stopped on any exit
+    (SIGTERM included: `env.launch.stopped_on_sigterm`), and by the kernel if this job is killed
+    outright (`env.launch.tied_to_this_process`)."""
+    from env.launch import stopped_on_sigterm, tied_to_this_process
     from env.retrieval.launcher import start_retrieval_server
 
     with contextlib.ExitStack() as stack:
+        stack.enter_context(stopped_on_sigterm())
         stack.enter_context(tied_to_this_process())
         stack.callback(start_retrieval_server(cfg).stop)
         stack.enter_context(env_services(cfg).serve(cfg))
@@ -207,10 +221,6 @@ def _maybe_checkpoint(cfg: Config, models: Models, result: JobResult, final: boo
         logger.info("checkpoint %s", result.checkpoint)
 
 
-RUN_FILES = ("config.yaml", "metrics.jsonl", "skill_library.jsonl", "summary.txt", "rewards.png",
-             TENSORBOARD_DIR)
-
-
 def write_run_config(cfg: Config, run_dir: Path) -> Path:
     """Record the validated config the run uses (overrides applied) as `<run>/config.yaml`."""
     path = run_dir / "config.yaml"
@@ -218,18 +228,29 @@ def write_run_config(cfg: Config, run_dir: Path) -> Path:
     return path
 
 
-def archive_previous_run(run_dir: Path) -> None:
-    """Move an earlier run's logs into `<run>/previous/` so a fresh run does not append to them."""
-    present = [run_dir / name for name in RUN_FILES if (run_dir / name).exists()]
+ARCHIVE_PREFIX = "previous"
+
+
+def archive_previous_run(run_dir: Path) -> Path | None:
+    """Move an earlier run's files (everything in `run_dir` but earlier archives) into a new
+    `<run>/previous-<UTC time>[-n]/`, so a fresh run neither appends to nor overwrites them.
+    The folder is created exclusively: an archive is never written into twice."""
+    present = [path for path in sorted(run_dir.iterdir())
+               if not path.name.startswith(ARCHIVE_PREFIX)]
     if not present:
-        return
-    archive = run_dir / "previous"
-    archive.mkdir(exist_ok=True)
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    for attempt in itertools.count():
+        archive = run_dir / (f"{ARCHIVE_PREFIX}-{stamp}" + (f"-{attempt}" if attempt else ""))
+        try:
+            archive.mkdir()
+            break
+        except FileExistsError:
+            continue
     for path in present:
-        if (archive / path.name).is_dir():
-            shutil.rmtree(archive / path.name)  # an older archive's event files
-        path.replace(archive / path.name)
-    logger.info("moved the previous run's logs of %s to %s", run_dir, archive)
+        path.rename(archive / path.name)
+    logger.info("moved the previous run in %s to %s", run_dir, archive)
+    return archive
 
 
 def check_sampling(cfg: Config) -> None:
@@ -247,6 +268,7 @@ def run_job(cfg: Config) -> JobResult:
     """Run every stage of the module docstring; returns what was measured."""
     services = env_services(cfg)  # first: an unregistered environment fails before any stage
     check_sampling(cfg)
+    preflight(cfg, services)  # ports and paths, before anything is written or moved
     result = JobResult(run_dir=Path(cfg.run.output_dir))
     result.run_dir.mkdir(parents=True, exist_ok=True)
     if not cfg.local.resume_from:
@@ -268,5 +290,6 @@ def run_job(cfg: Config) -> JobResult:
         asyncio.run(train_and_evaluate(cfg, models, log, result))
     with timed(result, "checkpoint"):
         _maybe_checkpoint(cfg, models, result, final=True)
-    result.plot = plot_run(log.read(), result.run_dir / "rewards.png")
+    result.plot = plot_run(log.read(), result.run_dir / "rewards.png",
+                           reward_subtitle(cfg.rewards))
     return result
