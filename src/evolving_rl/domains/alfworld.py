@@ -2,13 +2,14 @@
 
 Owns everything the trainer knows about ALFWorld: the prepared row -> `TaskSpec` mapping
 (`metadata.game` is what `/reset` loads), reading the env server's answers, the solver's system
-prompt (with the skill card when one is given) and first user message ("Your task is to: ..."),
-the observation block of each turn (step number, observation text, numbered admissible actions),
-the `<action>` parsing (via `core.actions`; an unparseable reply is sent as-is and counted), the
-extractor prompt of each skill format, and packing: one episode is one training sample. It
-offers both optional capabilities of `domains.base`: expert commands (the game file's planner
-walkthrough, `alfworld_expert`, under `alfworld.data_root`) with the reply that sends one in the
-profile's answer format, and the hand-written cards per task type (`alfworld_written_skills`).
+prompt and first user message ("Your task is to: ..."; a skill card, when one is given, in the
+one `skill_placement` names), the observation block of each turn (step number, observation
+text, numbered admissible actions), the `<action>` parsing (via `core.actions`; an unparseable
+reply is sent as-is and counted), the extractor prompt of each skill format, and packing: one
+episode is one training sample. It offers both optional capabilities of `domains.base`: expert
+commands (the game file's planner walkthrough, `alfworld_expert`, under `alfworld.data_root`)
+with the reply that sends one in the profile's answer format, and the hand-written cards per
+task type (`alfworld_written_skills`).
 Also its registry entry `DOMAIN` (`domains/registry.py`): the adapter factory, the router's URL, the
 held-out split `valid_unseen` and the server-side module `env.alfworld.service`.
 
@@ -57,6 +58,7 @@ SOLVER_ANSWER = {
                "e.g. <action>3</action>."),
 }
 SKILL_INTRO = "A skill learned from a similar task; use it if it applies:"
+SKILL_PLACEMENTS = ("system", "task")  # AlfworldConfig.skill_placement
 EXTRACTOR_SYSTEM = (
     "You study an agent's attempt at a household task and write one reusable skill that "
     "would help an agent solve similar tasks. Answer with the JSON object only.")
@@ -105,7 +107,8 @@ class AlfworldAdapter:
 
     `lenient` lets a number or a numbered line pick an admissible action (for small models);
     `action_format` is what the system prompt asks for (`SOLVER_ANSWER`: "number" needs lenient);
-    `data_root` is where the game files of `metadata.game` lie (expert walkthroughs).
+    `data_root` is where the game files of `metadata.game` lie (expert walkthroughs);
+    `skill_placement` where a skill card goes (`AlfworldConfig.skill_placement`).
     """
 
     name = "alfworld"
@@ -113,13 +116,17 @@ class AlfworldAdapter:
     step_prompts = False
 
     def __init__(self, lenient: bool = False, action_format: str = "verbatim",
-                 data_root: str | Path = AlfworldConfig.data_root) -> None:
+                 data_root: str | Path = AlfworldConfig.data_root,
+                 skill_placement: str = AlfworldConfig.skill_placement) -> None:
         if action_format not in SOLVER_ANSWER:
             raise ValueError(f"unknown ALFWorld action format {action_format!r}")
+        if skill_placement not in SKILL_PLACEMENTS:
+            raise ValueError(f"unknown skill placement {skill_placement!r}")
         if action_format == "number" and not lenient:
             raise ValueError("the 'number' action format needs lenient action parsing")
         self.lenient, self.action_format = lenient, action_format
         self.data_root = Path(data_root)
+        self.skill_placement = skill_placement
         self.system = f"{SOLVER_INTRO} {SOLVER_ANSWER[action_format]}"
 
     def task_from_row(self, row: Mapping[str, Any]) -> TaskSpec:
@@ -139,10 +146,12 @@ class AlfworldAdapter:
 
     def solver_messages(self, task: TaskSpec, first: Observation,
                         skill_card: str | None) -> list[Message]:
-        system = self.system
-        if skill_card:
+        system, user = self.system, f"{TASK_PREFIX} {task.question}"
+        if skill_card and self.skill_placement == "system":
             system = f"{self.system}\n\n{SKILL_INTRO}\n\n{skill_card}"
-        user = f"{TASK_PREFIX} {task.question}\n\n{self.render_observation(0, first)}"
+        elif skill_card:
+            user = f"{user}\n\n{SKILL_INTRO}\n\n{skill_card}"
+        user = f"{user}\n\n{self.render_observation(0, first)}"
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
     def render_observation(self, step: int, observation: Observation) -> str:
@@ -207,7 +216,8 @@ class AlfworldAdapter:
 
 def make_alfworld_adapter(cfg: Config, lenient: bool) -> AlfworldAdapter:
     return AlfworldAdapter(lenient=lenient, action_format=cfg.alfworld.action_format,
-                           data_root=cfg.alfworld.data_root)
+                           data_root=cfg.alfworld.data_root,
+                           skill_placement=cfg.alfworld.skill_placement)
 
 
 def alfworld_url(cfg: Config) -> str:
