@@ -15,7 +15,9 @@ training task types (the held-out breakdown) are those of `--train-split` (defau
 and retrieval servers are started and stopped here unless `--no-servers`. Finished cases are
 kept in `<out>/cases.jsonl`: rerunning the same command resumes; `--fresh` starts over. Writes
 `<out>/report.json`, `report.md` and a chart per split. Exit 2 on a bad argument or config, or
-a protocol the environment cannot run (expert_skill and written_skill: ALFWorld only).
+a protocol the environment cannot run (expert_skill and written_skill: ALFWorld only), or a
+`--local` folder with no model (the line lists the checkpoints that exist); all before any server
+starts.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from pathlib import Path
 
 from evolving_rl.config import ConfigError, load_config
 from evolving_rl.domains.registry import domain_for
-from evolving_rl.evaluate.policies import PolicySpec
+from evolving_rl.evaluate.policies import MissingCheckpointError, PolicySpec
 from evolving_rl.evaluate.report import write_report
-from evolving_rl.evaluate.runner import CASES_FILE, EvalRequest, MissingSplitError, run_evaluation
+from evolving_rl.evaluate.runner import EvalRequest, MissingSplitError, run_evaluation
 from evolving_rl.pipeline.evaluation import EvalProtocol, UnsupportedProtocolError
 
 log = logging.getLogger("evolving_rl.evaluate")
@@ -88,14 +90,12 @@ def main(argv: list[str] | None = None) -> int:
             protocols=tuple(EvalProtocol(p) for p in dict.fromkeys(args.protocols)),
             repeats=args.repeats, limit=args.limit, retrieval_split=args.retrieval_split,
             train_split=args.train_split or cfg.pipeline.retrieval_split, library=args.library,
-            start_servers=not args.no_servers)
+            start_servers=not args.no_servers, fresh=args.fresh)
     except (ConfigError, ValueError) as error:
         parser.error(str(error))
-    if args.fresh:
-        (args.out / CASES_FILE).unlink(missing_ok=True)
     try:
         outcome = run_evaluation(cfg, spec, request)
-    except (MissingSplitError, UnsupportedProtocolError) as error:
+    except (MissingSplitError, MissingCheckpointError, UnsupportedProtocolError) as error:
         log.error("%s", error)
         return 2
     meta = {"environment": cfg.environment, "policy": spec.describe(),

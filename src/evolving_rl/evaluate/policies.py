@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from evolving_rl.clients.openai_compat import OpenAICompletionsClient
@@ -45,6 +46,30 @@ class PolicySpec:
 
     def describe(self) -> str:
         return f"{self.kind}:{self.url or self.path}"
+
+    def check_exists(self) -> None:
+        """`MissingCheckpointError` when a local policy's folder holds no HF model."""
+        if self.kind != "local" or (Path(str(self.path)) / "config.json").is_file():
+            return
+        path = Path(str(self.path))
+        found = saved_checkpoints(path.parent if path.parent.is_dir() else Path("runs"))
+        shown = ", ".join(map(str, found[:_LISTED])) + (" ..." if len(found) > _LISTED else "")
+        raise MissingCheckpointError(
+            f"no checkpoint at {path} (no config.json); checkpoints that exist: "
+            f"{shown or 'none under ' + str(path.parent if path.parent.is_dir() else 'runs/')}")
+
+
+class MissingCheckpointError(FileNotFoundError):
+    """A local policy's folder is not an HF model folder."""
+
+
+_LISTED = 8
+
+
+def saved_checkpoints(root: Path) -> list[Path]:
+    """HF model folders (holding config.json) in `root` or below it, newest first."""
+    found = [p.parent for p in root.rglob("config.json")] if root.is_dir() else []
+    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
 
 
 @contextlib.asynccontextmanager

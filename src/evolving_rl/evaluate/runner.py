@@ -1,16 +1,18 @@
 """Every protocol on every split, resumable: what one `python -m evolving_rl.evaluate` run does.
 
 Owns `EvalRequest` (splits, protocols, repeats, task limit, retrieval and training splits, the
-persisted library, the output folder, whether to start the servers) and `run_evaluation` (its
+persisted library, the output folder, whether to start the servers, whether to forget the
+finished cases) and `run_evaluation` (its
 `EvalOutcome`); each split's first `limit` tasks are taken round-robin over task types
 (`retrieval.prepared.round_robin`).
 Finished cases go to `<out>/cases.jsonl` as they finish (`pipeline.eval_records.CaseStore`); a
 rerun with the same request skips them, and the numbers are computed from the records alone, so
-an interrupted run, resumed, reports what an uninterrupted one would. With `start_servers`, the
+an interrupted run, resumed, reports what an uninterrupted one would; when every case is already
+there, nothing starts (no retrieval cache, server or model). With `start_servers`, the
 retrieval cache is refreshed and the retrieval and environment servers are started with this
 config and stopped on exit (the local job's `servers`); otherwise the config's addresses must
 answer. A protocol the environment's adapter cannot run (`pipeline.evaluation.check_supported`)
-fails before anything starts.
+or a missing `--local` checkpoint fails before anything starts.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from evolving_rl.domains.base import EnvironmentAdapter
 from evolving_rl.domains.registry import domain_for
 from evolving_rl.evaluate.policies import PolicySpec, open_policy
 from evolving_rl.pipeline.context import build_context, make_adapter
-from evolving_rl.pipeline.eval_records import CaseStore
+from evolving_rl.pipeline.eval_records import CaseRecord, CaseStore
 from evolving_rl.pipeline.eval_report import summarize
 from evolving_rl.pipeline.evaluation import (
     EvalPlan,
@@ -71,6 +73,7 @@ class EvalRequest:
     train_split: str = "train"
     library: Path | None = None
     start_servers: bool = True
+    fresh: bool = False
 
     def __post_init__(self) -> None:
         if self.repeats < 1:
@@ -150,7 +153,48 @@ def run_evaluation(cfg: Config, spec: PolicySpec | PolicyOpener,
         check_supported(adapter, protocol)
     rows = {split: round_robin(_split_rows(cfg, split), request.limit) for split in request.splits}
     train_types = frozenset(row.task_type for row in _split_rows(cfg, request.train_split))
+    finished = {} if request.fresh else _finished_cases(adapter, request, rows)
+    if finished and all(len(records) == _n_cases(rows[split], request)
+                        for (split, _protocol), records in finished.items()):
+        logger.info("all %d cases are already in %s: nothing to run, no server or model started",
+                    sum(map(len, finished.values())), request.out_dir / CASES_FILE)
+        return EvalOutcome(_summaries(adapter, finished, train_types), train_types)
+    if isinstance(spec, PolicySpec):
+        spec.check_exists()  # before any server starts or anything is written
+    if request.fresh:
+        (request.out_dir / CASES_FILE).unlink(missing_ok=True)
     request.out_dir.mkdir(parents=True, exist_ok=True)
     with _services(cfg, request.start_servers):
         results = asyncio.run(_evaluate(cfg, opener, request, rows, train_types))
     return EvalOutcome(results, train_types)
+
+
+def _n_cases(rows: list[dict[str, Any]], request: EvalRequest) -> int:
+    return len(rows) * request.repeats
+
+
+def _finished_cases(adapter: EnvironmentAdapter, request: EvalRequest,
+                    rows: dict[str, list[dict[str, Any]]]
+                    ) -> dict[tuple[str, str], list[CaseRecord]]:
+    """(split, protocol) -> the request's cases already in the store (`--fresh` emptied it)."""
+    done = CaseStore(request.out_dir / CASES_FILE).load()
+    finished: dict[tuple[str, str], list[CaseRecord]] = {}
+    for split, split_rows in rows.items():
+        ids = [adapter.task_from_row(row).id for row in split_rows]
+        for protocol in map(str, request.protocols):
+            keys = [(protocol, split, task_id, r) for r in range(request.repeats)
+                    for task_id in ids]
+            finished[(split, protocol)] = [done[key] for key in keys if key in done]
+    return finished
+
+
+def _summaries(adapter: EnvironmentAdapter, finished: dict[tuple[str, str], list[CaseRecord]],
+               train_types: frozenset[str]) -> dict[str, dict[str, dict[str, float]]]:
+    """The report's numbers from stored records alone, as `_evaluate` computes them (no
+    retrieval ran, so none failed)."""
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    for (split, protocol), records in finished.items():
+        metrics = summarize(records, adapter.eval_metrics, train_types)
+        metrics["eval/retrieval_failed"] = 0.0
+        results.setdefault(split, {})[protocol] = metrics
+    return results

@@ -42,8 +42,6 @@ import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, cast
 
-from tqdm import tqdm
-
 from evolving_rl.core.skill import render_skill_card, validate_skill
 from evolving_rl.core.strenum import StrEnum
 from evolving_rl.domains.base import (
@@ -59,6 +57,7 @@ from evolving_rl.pipeline.eval_records import ArmRecord, CaseRecord, CaseStore
 from evolving_rl.pipeline.eval_report import summarize
 from evolving_rl.pipeline.expert import replay_expert
 from evolving_rl.pipeline.extraction import extract_skills
+from evolving_rl.pipeline.progress import live_bar
 from evolving_rl.pipeline.rollout import retrieve
 from evolving_rl.pipeline.skill_library import SkillLibrary, SkillRecord
 from evolving_rl.pipeline.timing import IOClock
@@ -262,8 +261,9 @@ async def evaluate_cases(ctx: PipelineContext, rows: Sequence[Mapping[str, Any]]
     needed = sorted({i for i, _ in todo})
     retrieved, failed = await _retrieved(source, clock, plan, [tasks[i] for i in needed])
     by_task = dict(zip(needed, retrieved, strict=True))
-    with tqdm(total=len(todo), desc=f"eval {plan.protocol} {plan.split}".strip(), unit="case",
-              disable=not plan.progress) as bar:
+    async with live_bar(clock, total=len(tasks) * repeats, done=len(tasks) * repeats - len(todo),
+                        desc=f"eval {plan.protocol} {plan.split}".strip(), unit="case",
+                        enabled=plan.progress) as bar:
         async def one(i: int, repeat: int) -> CaseRecord:
             record = await _run_case(source, test, clock, plan, tasks[i], repeat, by_task[i],
                                      sources)
@@ -284,7 +284,7 @@ async def run_eval(ctx: PipelineContext, rows: Sequence[Mapping[str, Any]], *,
     (`pipeline.eval_report`). Without a plan: `reference`, or `library` when one is given."""
     if plan is None:
         protocol = EvalProtocol.LIBRARY if library is not None else EvalProtocol.REFERENCE
-        plan = EvalPlan(protocol=protocol, library=library)
+        plan = EvalPlan(protocol=protocol, library=library, progress=True)
     records, failed = await evaluate_cases(ctx, rows, repeats, plan)
     out = summarize(records, ctx.adapter.eval_metrics, plan.train_types)
     out["eval/retrieval_failed"] = float(failed)
