@@ -107,6 +107,22 @@ def test_checkpoint_resume_gives_the_same_next_step(loss_cfg, local_cfg, batch, 
         assert torch.equal(a, b)
 
 
+def test_a_checkpoint_without_trainer_state_is_smaller_and_resumes_the_step_count(
+        loss_cfg, local_cfg, batch, tmp_path, caplog):
+    trainer = _trainer(loss_cfg, local_cfg)
+    trainer.step(batch)
+    full = trainer.save(tmp_path / "full") / "trainer_state.pt"
+    trainer.local_cfg = dataclasses.replace(local_cfg, save_trainer_state=False)
+    light = trainer.save(tmp_path / "light") / "trainer_state.pt"
+    assert light.stat().st_size * 10 < full.stat().st_size
+    resumed = GRPOTrainer(load_model(tmp_path / "light"), trainer.ref_model, loss_cfg, local_cfg,
+                          pad_id=PAD_ID)
+    with caplog.at_level("WARNING"):
+        resumed.load_state(tmp_path / "light")
+    assert resumed.step_count == 1 and "no optimiser state" in caplog.text
+    assert resumed.step(batch).step == 2
+
+
 def test_gradient_checkpointing_gives_the_same_step(loss_cfg, local_cfg, batch):
     plain = _trainer(loss_cfg, local_cfg)
     ckpt = _trainer(loss_cfg, dataclasses.replace(local_cfg, gradient_checkpointing=True))

@@ -34,13 +34,14 @@ import ctypes
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch.utils.checkpoint import checkpoint
+from tqdm import tqdm
 
 from evolving_rl.config.schema import LocalConfig, LossConfig
 from evolving_rl.core.roles import Role
@@ -222,6 +223,17 @@ class StepMetrics:
         return asdict(self)
 
 
+def _with_progress(batches: Sequence[TokenBatch], enabled: bool) -> Iterator[TokenBatch]:
+    """The micro-batches, with a bar counted in tokens (they are sorted by length, so a count of
+    micro-batches would promise too early an end)."""
+    with tqdm(total=sum(b.n_sequence_tokens for b in batches), unit="tok", unit_scale=True,
+              desc="GRPO update", disable=not enabled, leave=False) as bar:
+        for index, batch in enumerate(batches, 1):
+            bar.set_postfix_str(f"micro-batch {index}/{len(batches)}")
+            yield batch
+            bar.update(batch.n_sequence_tokens)
+
+
 class GRPOTrainer:
     """Optimises `model` in place on the samples of one rollout per `step` call."""
 
@@ -263,7 +275,7 @@ class GRPOTrainer:
         chunk = self.local_cfg.logit_chunk_tokens
         sums = {name: 0.0 for name in ("loss", *TERMS)}
         role_sums = {role.value: [0.0, 0] for role in ROLES}  # [kl sum, tokens]
-        for batch in batches:
+        for batch in _with_progress(batches, enabled=backward):
             ref = None
             if self.uses_kl:
                 with torch.no_grad():
@@ -328,22 +340,31 @@ class GRPOTrainer:
         return metrics
 
     def save(self, directory: str | Path, tokenizer: object | None = None) -> Path:
-        """An HF checkpoint of the policy (+ tokenizer) with the optimiser state for resuming."""
+        """An HF checkpoint of the policy (+ tokenizer) and the step count; with
+        `local.save_trainer_state`, also the optimiser state (and float32 master weights), which
+        a resumed run needs to continue exactly (about twice the model's size again)."""
         directory = Path(directory)
         self.model.save_pretrained(directory)
         if tokenizer is not None:
             tokenizer.save_pretrained(directory)
-        state = {"optimizer": self.optimizer.state_dict(), "step": self.step_count}
-        if self.masters is not None:
-            state["master_weights"] = self.masters.state_dict()
+        state: dict[str, object] = {"step": self.step_count}
+        if self.local_cfg.save_trainer_state:
+            state["optimizer"] = self.optimizer.state_dict()
+            if self.masters is not None:
+                state["master_weights"] = self.masters.state_dict()
         torch.save(state, directory / STATE_FILE)
         return directory
 
     def load_state(self, directory: str | Path) -> None:
-        """Restore the optimiser state and step count saved by `save` in `directory`."""
+        """Restore the step count saved by `save` in `directory`, and the optimiser state when it
+        was saved (otherwise the optimiser starts afresh, which is logged)."""
         state = torch.load(Path(directory) / STATE_FILE, map_location=self.device,
                            weights_only=True)
-        self.optimizer.load_state_dict(state["optimizer"])
+        if "optimizer" in state:
+            self.optimizer.load_state_dict(state["optimizer"])
+        else:
+            logger.warning("%s holds no optimiser state (saved with local.save_trainer_state "
+                           "false): AdamW starts afresh from the saved weights", directory)
         if self.masters is not None and "master_weights" in state:
             self.masters.load_state_dict(state["master_weights"])
         self.step_count = int(state["step"])
