@@ -131,3 +131,20 @@ def test_the_summary_names_how_the_evaluation_decoded(tmp_path, temperature, lab
     decoding = SamplingConfig(temperature=temperature).decoding()
     text = summary(JobResult(run_dir=tmp_path), 60.0, decoding)
     assert f"Held-out evaluation {label}:" in text.splitlines()[1]
+
+
+def test_the_summary_lists_every_output_and_the_checkpoint_size(tmp_path):
+    from evolving_rl.local.__main__ import summary
+    from evolving_rl.local.job import JobResult
+
+    for name in ("metrics.jsonl", "rewards.png", "config.yaml"):
+        (tmp_path / name).write_text("x")
+    checkpoint = tmp_path / "checkpoints" / "step_0003"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "model.safetensors").write_bytes(b"\0" * 2_000_000)
+    (checkpoint / "trainer_state.pt").write_bytes(b"\0" * 3_000_000)
+    (tmp_path / "previous-20261202-000000").mkdir()
+    text = summary(JobResult(run_dir=tmp_path, checkpoint=checkpoint), 60.0, "greedy")
+    assert (f"Outputs in {tmp_path}: checkpoints/, config.yaml, metrics.jsonl, rewards.png, "
+            "summary.txt") in text
+    assert "(5 MB, of which trainer state 3 MB;" in text

@@ -13,10 +13,12 @@ import argparse
 import logging
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from evolving_rl.config import ConfigError, load_config
-from evolving_rl.local.job import JobResult, run_job
+from evolving_rl.local.job import ARCHIVE_PREFIX, JobResult, run_job
+from evolving_rl.local.trainer import STATE_FILE
 
 log = logging.getLogger("evolving_rl.local")
 
@@ -56,12 +58,26 @@ def summary(result: JobResult, wall_s: float, eval_decoding: str) -> str:
              _eval_line("before", result.before), _eval_line("after", result.after),
              "Training:"]
     lines += [_train_line(record) for record in result.train]
-    written = [name for name in ("metrics.jsonl", "skill_library.jsonl", "tensorboard/")
-               if (result.run_dir / name).exists()]  # the baseline writes no skill library
-    lines += [f"Outputs in {result.run_dir}: {', '.join(written)}, "
-              f"{result.plot.name if result.plot else '(no plot)'}",
-              f"Checkpoint: {result.checkpoint}"]
+    lines += [f"Outputs in {result.run_dir}: {', '.join(outputs(result.run_dir))}",
+              f"Checkpoint: {result.checkpoint}" + (f" ({_size_mb(result.checkpoint)})"
+                                                   if result.checkpoint else "")]
     return "\n".join(lines)
+
+
+def outputs(run_dir: Path) -> list[str]:
+    """Every entry the run wrote in its folder (earlier runs' archives left out), summary.txt
+    included (written with this text)."""
+    names = {path.name + ("/" if path.is_dir() else "") for path in run_dir.iterdir()
+             if not path.name.startswith(ARCHIVE_PREFIX)} if run_dir.is_dir() else set()
+    return sorted(names | {"summary.txt"})
+
+
+def _size_mb(folder: Path) -> str:
+    """Total size of a checkpoint folder, and how much of it is the trainer state."""
+    sizes = {path.name: path.stat().st_size for path in folder.rglob("*") if path.is_file()}
+    state = sizes.get(STATE_FILE, 0)
+    return (f"{sum(sizes.values()) / 1e6:.0f} MB, of which trainer state {state / 1e6:.0f} MB; "
+            "local.save_trainer_state=false keeps only the weights")
 
 
 def main(argv: list[str] | None = None) -> int:
