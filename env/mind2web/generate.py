@@ -1,7 +1,8 @@
 """Generate a synthetic Mind2Web dataset in the official layout (for tests and the CPU profile).
 
 Owns the layout: `<out>/data/train/train_<i>.json` (each a JSON list of tasks) and the test
-set as a password-protected (ZipCrypto) zip `<out>/data/test.zip` holding `test_task/`,
+set as a password-protected (ZipCrypto) zip `<out>/test.zip` (where the published dataset keeps
+it; `zip_at="data"`: `<out>/data/test.zip`, where users also put it) holding `test_task/`,
 `test_website/` and `test_domain/` folders of JSON lists — what the official download gives, so
 the preparation code and the env server cannot tell the difference. Tasks come from
 `env.mind2web.tasks`; test_task reuses the training websites, test_website holds websites out,
@@ -25,6 +26,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from random import Random
+from typing import Literal
 
 from tqdm import tqdm
 
@@ -52,6 +54,7 @@ class GenerateSpec:
     tasks_per_file: int = 25
     splits: tuple[str, ...] = SPLITS
     password: str = DEFAULT_PASSWORD
+    zip_at: Literal["root", "data"] = "root"
 
 
 @dataclass(frozen=True)
@@ -91,28 +94,37 @@ def write_split(folder: Path, split: str, n_tasks: int, spec: GenerateSpec) -> l
     return paths
 
 
-def _write_test_zip(data_dir: Path, counts: dict[str, int], spec: GenerateSpec) -> Path:
+def zip_path_for(out: Path, spec: GenerateSpec) -> Path:
+    """Where `spec` puts the test zip under the root `out`."""
+    return (out if spec.zip_at == "root" else out / "data") / TEST_ZIP
+
+
+def _write_test_zip(data_dir: Path, target: Path, counts: dict[str, int],
+                    spec: GenerateSpec) -> Path:
     with tempfile.TemporaryDirectory(dir=data_dir) as staging:
         members = {}
         for split in TEST_SPLITS:
             if split in counts:
                 for path in write_split(Path(staging) / split, split, counts[split], spec):
                     members[f"{split}/{path.name}"] = path
-        tmp = data_dir / f".{TEST_ZIP}.tmp{os.getpid()}"
+        tmp = target.with_name(f".{TEST_ZIP}.tmp{os.getpid()}")
         write_encrypted_zip(tmp, members, spec.password, spec.seed)
-        os.replace(tmp, data_dir / TEST_ZIP)
-    return data_dir / TEST_ZIP
+        os.replace(tmp, target)
+    return target
 
 
-def _existing_files(data_dir: Path) -> tuple[Path, ...]:
-    return tuple(sorted((data_dir / "train").glob("*.json"))) + tuple(data_dir.glob(TEST_ZIP))
+def _existing_files(out: Path, spec: GenerateSpec) -> tuple[Path, ...]:
+    zip_path = zip_path_for(out, spec)
+    return (tuple(sorted((out / "data" / "train").glob("*.json")))
+            + ((zip_path,) if zip_path.is_file() else ()))
 
 
 def generate(out: str | Path, spec: GenerateSpec = GenerateSpec()) -> GeneratedData:
     """Write the official layout under `out`.
 
-    A `data/` folder this generator wrote is replaced, or kept as it is when written with the
-    same spec; any other non-empty `data/` is refused (never overwrite real data).
+    A `data/` folder this generator wrote (and its test zip) is replaced, or kept as it is when
+    written with the same spec; any other non-empty `data/` or a root `test.zip` it did not
+    write is refused (never overwrite real data).
     """
     unknown = set(spec.splits) - set(SPLITS)
     if unknown:
@@ -121,17 +133,21 @@ def generate(out: str | Path, spec: GenerateSpec = GenerateSpec()) -> GeneratedD
     marker, stamp = data_dir / GENERATED_MARKER, json.dumps(dataclasses.asdict(spec))
     if marker.is_file() and marker.read_text() == stamp:
         logger.info("%s already holds this generated data", data_dir)
-        return GeneratedData(root=Path(out), files=_existing_files(data_dir), counts=counts)
-    if data_dir.exists() and any(data_dir.iterdir()) and not marker.is_file():
-        raise FileExistsError(f"refusing to replace {data_dir}: it was not written by this "
-                              "generator (official data?); choose another --out")
+        return GeneratedData(root=Path(out), files=_existing_files(Path(out), spec),
+                             counts=counts)
+    root_zip = Path(out) / TEST_ZIP
+    if not marker.is_file() and (root_zip.exists() or data_dir.exists() and any(
+            data_dir.iterdir())):
+        raise FileExistsError(f"refusing to replace {data_dir} or {root_zip}: not written by "
+                              "this generator (official data?); choose another --out")
     shutil.rmtree(data_dir, ignore_errors=True)
+    root_zip.unlink(missing_ok=True)
     data_dir.mkdir(parents=True)
     files = []
     if "train" in counts:
         files += write_split(data_dir / "train", "train", counts["train"], spec)
     if set(counts) & set(TEST_SPLITS):
-        files.append(_write_test_zip(data_dir, counts, spec))
+        files.append(_write_test_zip(data_dir, zip_path_for(Path(out), spec), counts, spec))
     marker.write_text(stamp)
     logger.info("generated %s under %s", counts, data_dir)
     return GeneratedData(root=Path(out), files=tuple(files), counts=counts)
@@ -148,10 +164,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--splits", default=",".join(SPLITS), help="comma-separated subset")
     parser.add_argument("--password", default=os.environ.get(PASSWORD_ENV, DEFAULT_PASSWORD),
                         help=f"test zip password (default: ${PASSWORD_ENV}, then a fixed one)")
+    parser.add_argument("--zip-at", choices=("root", "data"), default=GenerateSpec.zip_at,
+                        help="test.zip at the root (as published) or in data/")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     spec = GenerateSpec(tasks=args.tasks, seed=args.seed, distractors=args.distractors,
                         tasks_per_file=args.tasks_per_file, password=args.password,
+                        zip_at=args.zip_at,
                         splits=tuple(s for s in args.splits.split(",") if s))
     if spec.tasks < len(spec.splits) or spec.tasks_per_file < 1 or spec.distractors < 0:
         parser.error("need --tasks >= number of splits, --tasks-per-file >= 1, --distractors >= 0")

@@ -1,8 +1,11 @@
 """Prompt datasets from Mind2Web task files — official (osunlp/Mind2Web) or generated alike.
 
-Owns the step from a data root in the official layout (`data/train/*.json` and the test zip) to
+Owns the step from a data root in the official layout (`data/train/*.json` and the test zip, at
+the root as published or in `data/`) to
 `<prepared_dir>/{train,test_task,test_website,test_domain,all}.jsonl`. The test zip is first
 extracted into `data/<split>/` (`env.mind2web.testzip`; password from $MIND2WEB_ZIP_PASSWORD).
+A required split (all four unless the caller says otherwise) without a task is an error that
+says where it was looked for, and nothing is written.
 Every task file is streamed with ijson, one parse event at a time, so memory is bounded by the
 largest single value (one page's HTML), never by the file. One row per task:
 
@@ -25,14 +28,21 @@ import logging
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import ijson
 from tqdm import tqdm
 
-from env.mind2web.testzip import PASSWORD_ENV, TEST_SPLITS, ZipPasswordError, extract_test_zips
+from env.mind2web.testzip import (
+    PASSWORD_ENV,
+    TEST_SPLITS,
+    DuplicateSplitError,
+    ZipPasswordError,
+    extract_test_zips,
+    find_test_zips,
+)
 from evolving_rl.config import load_config
 
 logger = logging.getLogger(__name__)
@@ -45,6 +55,10 @@ _FIELD_PREFIXES = {f"item.{name}": name for name in _FIELDS}
 
 class MissingDataError(FileNotFoundError):
     """No Mind2Web task files where they were looked for."""
+
+
+class EmptySplitError(MissingDataError):
+    """A required split has no task."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +91,16 @@ def missing_data_message(data_root: Path) -> str:
             "folder (or point mind2web.data_root / $MIND2WEB_DATA at it) and set "
             f"{PASSWORD_ENV} to the test zip's password;\n"
             "  - generated data: run `scripts/web/prepare_data.sh --generate`.")
+
+
+def empty_split_message(data_root: Path, split: str) -> str:
+    where = f"split {split} is empty: no task in {data_root / 'data' / split}/*.json"
+    if split == "train":
+        return where
+    zips = ", ".join(str(p) for p in find_test_zips(data_root)) or "none"
+    return (f"{where}. The test splits are extracted from the password-protected test zip, "
+            f"looked for at {data_root}/*.zip (where the dataset keeps test.zip) and "
+            f"{data_root / 'data'}/*.zip; zips found: {zips}")
 
 
 def _normalize(text) -> str:
@@ -128,7 +152,7 @@ def _tmp(path: Path) -> Path:
 
 
 def _write_splits(data_root: Path, prepared_dir: Path, files: dict[str, list[Path]]) -> dict:
-    """Stream every split into its JSONL and into `all`; returns counts per split."""
+    """Stream every split into a temporary JSONL and into `all`; returns counts per split."""
     seen: set[str] = set()
     summary: dict = {}
     with _tmp(prepared_dir / "all.jsonl").open("w", encoding="utf-8") as all_fh:
@@ -148,29 +172,42 @@ def _write_splits(data_root: Path, prepared_dir: Path, files: dict[str, list[Pat
                         by_type[f"{row.domain}/{row.subdomain}"] += 1
             summary[split] = {"tasks": sum(by_type.values()),
                               "by_task_type": dict(sorted(by_type.items()))}
-            if not by_type:
-                logger.warning("split %s is empty", split)
-    for name in (*SPLITS, "all"):
-        os.replace(_tmp(prepared_dir / f"{name}.jsonl"), prepared_dir / f"{name}.jsonl")
     return summary
 
 
-def prepare(data_root: str | Path, prepared_dir: str | Path,
-            password: str | None = None) -> dict:
-    """Extract the test zip if needed, write the five JSONL splits and `manifest.json`."""
+def prepare(data_root: str | Path, prepared_dir: str | Path, password: str | None = None,
+            required: Collection[str] = SPLITS) -> dict:
+    """Extract the test zip if needed, write the five JSONL splits and `manifest.json`; every
+    split of `required` must hold a task (`EmptySplitError` otherwise)."""
     data_root, prepared_dir = Path(data_root).resolve(), Path(prepared_dir)
-    if (data_root / "data").is_dir():
-        extract_test_zips(data_root / "data", password)
+    if data_root.is_dir():
+        extract_test_zips(data_root, password)
     files = source_files(data_root)
     if not any(files.values()):
         raise MissingDataError(missing_data_message(data_root))
+    for split in required:
+        if not files[split]:
+            raise EmptySplitError(empty_split_message(data_root, split))
     inputs = _fingerprint(data_root, files)
     manifest = _up_to_date(prepared_dir, inputs)
     if manifest is not None:
         logger.info("%s is up to date", prepared_dir)
         return manifest
     prepared_dir.mkdir(parents=True, exist_ok=True)
-    splits = _write_splits(data_root, prepared_dir, files)
+    names = (*SPLITS, "all")
+    try:
+        splits = _write_splits(data_root, prepared_dir, files)
+        empty = [split for split in SPLITS if not splits[split]["tasks"]]
+        if set(empty) & set(required):
+            raise EmptySplitError(empty_split_message(data_root, empty[0]))
+        for split in empty:
+            logger.warning("split %s is empty (not required)", split)
+    except BaseException:
+        for name in names:
+            _tmp(prepared_dir / f"{name}.jsonl").unlink(missing_ok=True)
+        raise
+    for name in names:
+        os.replace(_tmp(prepared_dir / f"{name}.jsonl"), prepared_dir / f"{name}.jsonl")
     manifest = {"data_root": str(data_root), "inputs": inputs, "splits": splits}
     _tmp(prepared_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     os.replace(_tmp(prepared_dir / "manifest.json"), prepared_dir / "manifest.json")
@@ -188,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
     data_root = args.data_root or os.environ.get(DATA_ENV) or cfg.data_root
     try:
         manifest = prepare(data_root, cfg.prepared_dir, os.environ.get(PASSWORD_ENV))
-    except (MissingDataError, ZipPasswordError) as err:
+    except (MissingDataError, ZipPasswordError, DuplicateSplitError) as err:
         raise SystemExit(f"error: {err}") from None
     for name, info in manifest["splits"].items():
         logger.info("%s: %d tasks %s", name, info["tasks"], info["by_task_type"])

@@ -1,12 +1,16 @@
 """Extract the official password-protected Mind2Web test zip into the data root.
 
-Owns one step: every `*.zip` in `<root>/data/` holding `test_task/`, `test_website/` or
+Owns one step: every `*.zip` at the data root (where the published dataset keeps `test.zip`) or
+in `<root>/data/` (where users also put it) holding `test_task/`, `test_website/` or
 `test_domain/` JSON files is extracted to `<root>/data/<split>/<file>.json` (only the split
-folder and the file name of a member are used, so no member can write elsewhere). Files are
-streamed out of the zip (bounded memory) into a staging folder, then each split folder is
-replaced by rename. A marker per zip (`data/.<zip>.extracted`: size and mtime) makes a
-second run a no-op. The password comes from the caller (the CLI reads $MIND2WEB_ZIP_PASSWORD);
-a missing or wrong one raises `ZipPasswordError` saying what to do.
+folder and the file name of a member are used, so no member can write elsewhere); two zips
+holding the same split are refused. Files are decrypted into a staging folder — by the compiled
+`unzip` where installed (`env.mind2web.unzip_tool`: the password typed at its prompt, never on a
+command line), else streamed by `zipfile` (bounded memory, ~1 MB/s) — under a progress bar
+that says which, then each split folder is replaced by rename. A marker per zip (next to it:
+`.<zip>.extracted`, its size and mtime) makes a second run a no-op while the split folders
+exist. The password comes from the caller (the CLI reads $MIND2WEB_ZIP_PASSWORD); a missing or
+wrong one raises `ZipPasswordError` saying what to do.
 """
 
 from __future__ import annotations
@@ -19,6 +23,10 @@ import zipfile
 import zlib
 from pathlib import Path, PurePosixPath
 
+from tqdm import tqdm
+
+from env.mind2web.unzip_tool import UnzipError, plain_names, unzip_available, unzip_members
+
 logger = logging.getLogger(__name__)
 
 TEST_SPLITS = ("test_task", "test_website", "test_domain")
@@ -27,6 +35,10 @@ PASSWORD_ENV = "MIND2WEB_ZIP_PASSWORD"
 
 class ZipPasswordError(RuntimeError):
     """The test zip needs a password that was not given, or the one given is wrong."""
+
+
+class DuplicateSplitError(ValueError):
+    """Two test zips hold the same split."""
 
 
 def _members(archive: zipfile.ZipFile) -> dict[str, tuple[str, str]]:
@@ -49,23 +61,9 @@ def _marker(zip_path: Path) -> Path:
     return zip_path.with_name(f".{zip_path.name}.extracted")
 
 
-def _copy_out(archive: zipfile.ZipFile, members: dict, staging: Path, password: str | None,
-              zip_path: Path) -> None:
-    pwd = password.encode() if password is not None else None
-    for name, (split, file_name) in sorted(members.items()):
-        (staging / split).mkdir(parents=True, exist_ok=True)
-        try:
-            with archive.open(name, pwd=pwd) as src, \
-                    (staging / split / file_name).open("wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-        except RuntimeError as err:
-            if password is None:
-                raise ZipPasswordError(
-                    f"{zip_path} is password-protected: set {PASSWORD_ENV} to the password "
-                    "given on the Mind2Web dataset card (osunlp/Mind2Web) and run again") from err
-            raise ZipPasswordError(_wrong_password(zip_path)) from err
-        except (zlib.error, zipfile.BadZipFile) as err:
-            raise ZipPasswordError(_wrong_password(zip_path)) from err
+def _missing_password(zip_path: Path) -> str:
+    return (f"{zip_path} is password-protected: set {PASSWORD_ENV} to the password given on the "
+            "Mind2Web dataset card (osunlp/Mind2Web) and run again")
 
 
 def _wrong_password(zip_path: Path) -> str:
@@ -73,32 +71,117 @@ def _wrong_password(zip_path: Path) -> str:
             "Mind2Web dataset card (for generated data: the generator's --password)")
 
 
-def extract_zip(zip_path: Path, password: str | None) -> bool:
-    """Extract one test zip next to it; False when it holds no test split or is extracted."""
+def _with_zipfile(archive: zipfile.ZipFile, members: dict, staging: Path,
+                  password: str | None, zip_path: Path, bar: tqdm) -> None:
+    pwd = password.encode() if password is not None else None
+    for name, (split, file_name) in sorted(members.items()):
+        (staging / split).mkdir(parents=True, exist_ok=True)
+        try:
+            with archive.open(name, pwd=pwd) as src, \
+                    (staging / split / file_name).open("wb") as dst:
+                while chunk := src.read(1 << 20):
+                    dst.write(chunk)
+                    bar.update(len(chunk))
+        except RuntimeError as err:
+            raise ZipPasswordError(_wrong_password(zip_path)) from err
+        except (zlib.error, zipfile.BadZipFile) as err:
+            raise ZipPasswordError(_wrong_password(zip_path)) from err
+
+
+def _with_unzip(archive: zipfile.ZipFile, members: dict, staging: Path, password: str,
+                zip_path: Path, bar: tqdm) -> None:
+    """One `unzip` run per split (paths junked into the split's folder)."""
+    by_split: dict[str, list[str]] = {}
+    for name, (split, _) in sorted(members.items()):
+        by_split.setdefault(split, []).append(name)
+    before = 0
+    for split, names in by_split.items():
+        def progress(done: int, base: int = before) -> None:
+            bar.update(base + done - bar.n)
+
+        if not unzip_members(zip_path, names, staging / split, password, progress):
+            raise ZipPasswordError(_wrong_password(zip_path))
+        before += sum(archive.getinfo(n).file_size for n in names)
+        bar.update(before - bar.n)
+
+
+def _copy_out(archive: zipfile.ZipFile, members: dict, staging: Path, password: str | None,
+              zip_path: Path) -> None:
+    """Decrypt `members` into `staging/<split>/`: with `unzip` when it can, else `zipfile`."""
+    encrypted = any(archive.getinfo(n).flag_bits & 1 for n in members)
+    if encrypted and password is None:
+        raise ZipPasswordError(_missing_password(zip_path))
+    total = sum(archive.getinfo(n).file_size for n in members)
+    if encrypted and unzip_available() and plain_names(list(members)):
+        try:
+            with tqdm(total=total, unit="B", unit_scale=True,
+                      desc=f"decrypting {zip_path.name} with unzip") as bar:
+                _with_unzip(archive, members, staging, password, zip_path, bar)
+            return
+        except UnzipError as err:
+            logger.warning("unzip failed (%s); decrypting in Python instead", err)
+            shutil.rmtree(staging, ignore_errors=True)
+    elif encrypted:
+        logger.warning("no unzip (Info-ZIP) and setsid on PATH: decrypting %s in Python, about "
+                       "1 MB/s", zip_path)
+    action = "decrypting" if encrypted else "extracting"
+    with tqdm(total=total, unit="B", unit_scale=True,
+              desc=f"{action} {zip_path.name} in Python") as bar:
+        _with_zipfile(archive, members, staging, password, zip_path, bar)
+
+
+def _extracted(zip_path: Path, out_dir: Path, splits: set[str]) -> bool:
     marker = _marker(zip_path)
-    if marker.is_file() and json.loads(marker.read_text()) == _fingerprint(zip_path):
-        return False
+    return (marker.is_file() and json.loads(marker.read_text()) == _fingerprint(zip_path)
+            and all((out_dir / split).is_dir() for split in splits))
+
+
+def extract_zip(zip_path: Path, out_dir: Path, password: str | None) -> bool:
+    """Extract one test zip into `out_dir/<split>/`; False when it holds no test split or is
+    extracted already."""
     with zipfile.ZipFile(zip_path) as archive:
         members = _members(archive)
         if not members:
             logger.warning("%s holds no test_task/test_website/test_domain files", zip_path)
             return False
-        staging = zip_path.parent / f".extract.tmp{os.getpid()}"
+        if _extracted(zip_path, out_dir, {split for split, _ in members.values()}):
+            return False
+        out_dir.mkdir(parents=True, exist_ok=True)
+        staging = out_dir / f".extract.tmp{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
         try:
             _copy_out(archive, members, staging, password, zip_path)
             for split_dir in sorted(staging.iterdir()):
-                shutil.rmtree(zip_path.parent / split_dir.name, ignore_errors=True)
-                os.replace(split_dir, zip_path.parent / split_dir.name)
+                shutil.rmtree(out_dir / split_dir.name, ignore_errors=True)
+                os.replace(split_dir, out_dir / split_dir.name)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    tmp = marker.with_name(marker.name + f".tmp{os.getpid()}")
+    tmp = _marker(zip_path).with_name(_marker(zip_path).name + f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(_fingerprint(zip_path)))
-    os.replace(tmp, marker)
-    logger.info("extracted %d test files from %s", len(members), zip_path)
+    os.replace(tmp, _marker(zip_path))
+    logger.info("extracted %d test files from %s into %s", len(members), zip_path, out_dir)
     return True
 
 
-def extract_test_zips(data_dir: Path, password: str | None) -> int:
-    """Extract every test zip in `data_dir`; returns how many were (re-)extracted."""
-    return sum(extract_zip(path, password) for path in sorted(data_dir.glob("*.zip")))
+def find_test_zips(data_root: Path) -> list[Path]:
+    """The zips where a test zip may be: the data root, then its `data/` folder."""
+    return sorted(data_root.glob("*.zip")) + sorted((data_root / "data").glob("*.zip"))
+
+
+def _splits_of(zip_path: Path) -> set[str]:
+    with zipfile.ZipFile(zip_path) as archive:
+        return {split for split, _ in _members(archive).values()}
+
+
+def extract_test_zips(data_root: Path, password: str | None) -> int:
+    """Extract every test zip of `data_root` into `data_root/data`; how many were (re-)extracted.
+    Two zips holding the same split are an error (which one would win is not for us to pick)."""
+    owner: dict[str, Path] = {}
+    for path in find_test_zips(data_root):
+        for split in sorted(_splits_of(path)):
+            if split in owner:
+                raise DuplicateSplitError(f"both {owner[split]} and {path} hold {split}: "
+                                          "keep one of them")
+            owner[split] = path
+    return sum(extract_zip(path, data_root / "data", password)
+               for path in find_test_zips(data_root))

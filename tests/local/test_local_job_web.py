@@ -57,7 +57,7 @@ def test_web_main_job_on_a_fresh_data_folder(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "evolving_rl.local", "--config", str(PROFILE),
                            *sets], cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (tmp_path / "data" / "data" / "test.zip").is_file()  # generated, then prepared
+    assert (tmp_path / "data" / "test.zip").is_file()  # generated, then prepared
     assert (tmp_path / "prepared" / "test_task.jsonl").is_file()
     run = tmp_path / "run"
     records = [json.loads(line) for line in (run / "metrics.jsonl").open()]

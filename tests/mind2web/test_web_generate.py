@@ -50,7 +50,8 @@ def test_layout_and_counts(mind2web_generated, mind2web_spec, tasks):
     data = mind2web_generated.root / "data"
     assert sorted(p.name for p in (data / "train").iterdir()) == \
         [f"train_{i}.json" for i in range(len(list((data / "train").iterdir())))]
-    assert (data / "test.zip").is_file()
+    assert (mind2web_generated.root / "test.zip").is_file()  # where the dataset keeps it
+    assert not (data / "test.zip").exists()
     assert {s: len(t) for s, t in tasks.items()} == mind2web_generated.counts
     assert sum(mind2web_generated.counts.values()) == mind2web_spec.tasks
 
@@ -144,7 +145,7 @@ def test_test_splits_hold_out_websites_and_domains(tasks):
 
 
 def test_test_zip_needs_the_password(mind2web_generated, mind2web_spec):
-    zip_path = mind2web_generated.root / "data" / "test.zip"
+    zip_path = mind2web_generated.root / "test.zip"
     with zipfile.ZipFile(zip_path) as archive:
         names = archive.namelist()
         assert {n.split("/")[0] for n in names} == {"test_task", "test_website", "test_domain"}
@@ -177,6 +178,14 @@ def test_same_spec_is_kept_and_real_data_is_never_replaced(tmp_path):
     with pytest.raises(FileExistsError, match="not written by this generator"):
         generate(tmp_path / "official", spec)
     assert (official / "train_0.json").read_text() == "[]"
+    (tmp_path / "zip_only").mkdir()
+    (tmp_path / "zip_only" / "test.zip").write_bytes(b"theirs")
+    with pytest.raises(FileExistsError, match="not written by this generator"):
+        generate(tmp_path / "zip_only", spec)
+    assert (tmp_path / "zip_only" / "test.zip").read_bytes() == b"theirs"
+    moved = generate(tmp_path / "gen", dataclasses.replace(spec, zip_at="data"))
+    assert moved.files[-1] == tmp_path / "gen" / "data" / "test.zip"
+    assert not (tmp_path / "gen" / "test.zip").exists()
 
 
 def test_cli_size_knob_and_split_choice(tmp_path):
@@ -186,5 +195,5 @@ def test_cli_size_knob_and_split_choice(tmp_path):
           "--distractors", "60"])
     small = sum(p.stat().st_size for p in (tmp_path / "small" / "data" / "train").iterdir())
     big = sum(p.stat().st_size for p in (tmp_path / "big" / "data" / "train").iterdir())
-    assert not (tmp_path / "small" / "data" / "test.zip").exists()
+    assert not list((tmp_path / "small").rglob("test.zip"))
     assert big > 2 * small

@@ -1,4 +1,5 @@
-"""Mind2Web preparation: the official layout (train files + test zip) to prompt JSONL splits."""
+"""Mind2Web preparation: the official layout (train files + test zip, at the root or in data/) to
+prompt JSONL splits; empty splits, duplicate zips, and decryption by unzip or by zipfile."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from env.mind2web import testzip, unzip_tool
 from env.mind2web.generate import GenerateSpec, generate
-from env.mind2web.prepare import SPLITS, MissingDataError, main, prepare
-from env.mind2web.testzip import PASSWORD_ENV, ZipPasswordError
+from env.mind2web.prepare import SPLITS, EmptySplitError, MissingDataError, main, prepare
+from env.mind2web.testzip import PASSWORD_ENV, DuplicateSplitError, ZipPasswordError
 
 ROOT = Path(__file__).resolve().parents[2]
 METADATA_KEYS = {"annotation_id", "website", "domain", "subdomain", "task_type", "source_file",
@@ -21,7 +23,7 @@ PEAK_RSS = """
 import resource, sys
 from env.mind2web.prepare import prepare
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-prepare(sys.argv[1], sys.argv[2])
+prepare(sys.argv[1], sys.argv[2], required=("train",))
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(before * 1024, after * 1024)
 """
@@ -89,6 +91,67 @@ def test_wrong_or_missing_password_says_what_to_do(fresh_root, tmp_path):
         prepare(fresh_root, tmp_path / "prepared", password=None)
     assert not list((fresh_root / "data").glob("test_*"))
     assert not (tmp_path / "prepared").exists()
+
+
+@pytest.mark.parametrize("zip_at", ["root", "data"])
+def test_both_layouts_fill_all_four_splits(tmp_path, zip_at):
+    spec = GenerateSpec(tasks=12, seed=3, distractors=2, tasks_per_file=1, password="pw",
+                        zip_at=zip_at)
+    data = generate(tmp_path / "root", spec)
+    assert data.files[-1] == tmp_path / "root" / ("test.zip" if zip_at == "root"
+                                                 else "data/test.zip")
+    manifest = prepare(data.root, tmp_path / "prepared", password="pw")
+    assert {s: manifest["splits"][s]["tasks"] for s in SPLITS} == data.counts
+    assert all(data.counts[s] > 0 for s in SPLITS)
+    for split in SPLITS:
+        assert len(read_rows(tmp_path / "prepared" / f"{split}.jsonl")) == data.counts[split]
+
+
+def test_an_empty_evaluation_split_fails_saying_where_it_looked(fresh_root, tmp_path):
+    (fresh_root / "test.zip").unlink()
+    with pytest.raises(EmptySplitError, match=r"test_task is empty.*data/test_task/\*\.json.*"
+                       r"looked for at .*/\*\.zip .*data/\*\.zip; zips found: none"):
+        prepare(fresh_root, tmp_path / "prepared")
+    assert not (tmp_path / "prepared").exists()
+    prepare(fresh_root, tmp_path / "train_only", required=("train",))  # the caller's choice
+    assert read_rows(tmp_path / "train_only" / "train.jsonl")
+
+
+def test_two_zips_holding_one_split_are_refused(fresh_root, tmp_path, mind2web_spec):
+    shutil.copy(fresh_root / "test.zip", fresh_root / "data" / "test.zip")
+    with pytest.raises(DuplicateSplitError, match="hold test_domain: keep one"):
+        prepare(fresh_root, tmp_path / "prepared", password=mind2web_spec.password)
+
+
+def _extracted(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes()
+            for p in sorted((root / "data").glob("test_*/*.json"))}
+
+
+def test_unzip_and_zipfile_extract_the_same_files(tmp_path, monkeypatch, capsys):
+    spec = GenerateSpec(tasks=12, seed=4, distractors=2, tasks_per_file=1, password="s3cret")
+    generate(tmp_path / "gen", spec)
+    if not unzip_tool.unzip_available():
+        pytest.skip("no unzip / setsid on this machine")
+    commands: list[list[str]] = []
+    popen = unzip_tool.subprocess.Popen
+
+    def spy(args, **kwargs):
+        commands.append(list(args))
+        return popen(args, **kwargs)
+
+    fast, slow = (Path(shutil.copytree(tmp_path / "gen", tmp_path / n)) for n in ("u", "p"))
+    monkeypatch.setattr(unzip_tool.subprocess, "Popen", spy)
+    prepare(fast, tmp_path / "fast", password="s3cret")
+    assert "decrypting test.zip with unzip" in capsys.readouterr().err
+    assert commands and not any("s3cret" in arg for cmd in commands for arg in cmd)
+    monkeypatch.setattr(testzip, "unzip_available", lambda: False)
+    prepare(slow, tmp_path / "slow", password="s3cret")
+    assert "decrypting test.zip in Python" in capsys.readouterr().err
+    assert _extracted(fast) == _extracted(slow) and len(_extracted(fast)) > 3
+    with pytest.raises(ZipPasswordError, match="wrong password"):
+        prepare(Path(shutil.copytree(tmp_path / "gen", tmp_path / "w")), tmp_path / "w_out",
+                password="not-it")
 
 
 def test_missing_data_says_where_to_get_it(tmp_path):
