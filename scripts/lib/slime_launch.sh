@@ -30,9 +30,21 @@
 # No --rollout-max-response-len: the pipeline sends each role's max_new_tokens from our config;
 # slime reads that flag only in its own generate function, eval defaults and optional metrics.
 #
+# The environment: the image slime at our pin is released as, slimerl/slime:nightly-dev-20260810a-cu129
+# (SGLang v0.5.15.post1 with slime's patches, Megatron-LM 1dcf0daf, slime's sglang-router fork).
+#
+# GPU memory: colocated, slime offloads Megatron during rollouts and SGLang during training
+# (slime/utils/arguments.py:1936-1950), while the retrieval server, when retrieval.device is a GPU,
+# stays resident through both: Qwen3-Embedding-4B in bfloat16 (retrieval.dtype auto) is ~7.5 GiB
+# of weights plus the activations of retrieval.batch_size texts (float32: twice that). On cuda
+# (GPU 0) it comes out of the 30% SGLang leaves at SGLANG_MEM_FRACTION 0.7 during rollouts and out
+# of Megatron's room during training; retrieval.device (cpu, cuda:N) moves it.
+#
 # Before starting anything it checks the prerequisites and names the first one missing: slime's
 # train.py and model-args script, the HF model and its torch_dist conversion, the prepared train
-# and eval splits, the retrieval cache (retrieval.cache_path), the `ray` command. Then it starts,
+# and eval splits, the retrieval cache (retrieval.cache_path), the `ray` command; then the stack
+# (src/evolving_rl/slime_bridge/stack.py: top-p replay needs slime's forked sglang-router; other
+# SGLang / Megatron-LM versions than the pin's are a loud warning). Then it starts,
 # in order: the env server (our launcher, PID file), the retrieval server (its launcher, PID
 # file), a Ray head, then `ray job submit` of slime's train.py with our hooks; waits for the job.
 # On exit or Ctrl-C it stops exactly what it started: the Ray job it submitted, the Ray head it
@@ -88,6 +100,10 @@ print(load_config(sys.argv[1]).retrieval.cache_path)' "$CONFIG")"
 [ -e "$RETRIEVAL_CACHE" ] || die "missing the retrieval cache $RETRIEVAL_CACHE" \
     "(retrieval.cache_path; scripts/*/build_cache.sh --config $CONFIG builds it)"
 command -v ray >/dev/null || die "missing the ray command (the slime image has it)"
+# The stack slime at the pin was built with (src/evolving_rl/slime_bridge/stack.py): top-p replay
+# needs slime's fork of sglang-router; other SGLang / Megatron-LM versions get a loud warning.
+"$PYTHON" -m evolving_rl.slime_bridge.stack --config "$CONFIG" --megatron-dir "$MEGATRON_DIR" \
+    || die "this environment cannot run the config's top-p replay (see above)"
 mkdir -p "$RUN_DIR"
 
 # --- cleanup: only what this script started, newest first -----------------------------------

@@ -1,11 +1,13 @@
 """Helpers and fixtures of the slime contract tests: slime stand-ins, slime args, a fake pipeline.
 
-slime is not importable in CI. `slime_types` then provides minimal stand-ins mirroring, field for
+Where slime is not importable, `slime_types` provides minimal stand-ins mirroring, field for
 field, the pinned commit's `Sample` (slime/utils/types.py) and `RolloutFnTrainOutput` /
 `RolloutFnEvalOutput` (slime/rollout/base_types.py), and patches `slime_bridge.slime_api` to use
-them. When slime IS importable the real classes are used (tests marked `real_slime` need it).
-`MIRROR` points at the read-only mirror of slime when this machine has one; tests reading it skip
-otherwise.
+them. When slime IS importable (checked out, or found by `tests.upstream` and put on the path) the
+real classes are used (tests marked `real_slime` need it).
+`slime_file` reads slime's sources at the pin from `tests.upstream` (the `slime/` submodule when
+checked out, else $EVOLVING_RL_SLIME_PATH, which .ci/run sets); without them a test skips, and
+fails on CI.
 
 slime's per-token log-probs and entropies are replaced in loss tests by stand-ins that follow
 slime's rule for the entropy gradient: differentiable only when `args.entropy_coef` != 0
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import re
 import subprocess
 import sys
@@ -39,9 +42,11 @@ from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import SampleStatus, TrainSample
 from evolving_rl.slime_bridge import runtime, slime_api
 from evolving_rl.slime_bridge.settings import HOOK_PATHS, HOOKS_MODULE
+from tests import upstream
 
 
 def _slime_importable() -> bool:
+    upstream.put_on_path(upstream.find_slime())
     try:  # the repo's slime/ gitlink folder is an empty namespace package when not checked out
         return importlib.util.find_spec("slime.utils.types") is not None
     except ModuleNotFoundError:
@@ -49,17 +54,14 @@ def _slime_importable() -> bool:
 
 
 SLIME_IMPORTABLE = _slime_importable()
-SLIME_COMMIT = "624b824a898ab0ec1fcb4d373004c7f3852bf515"
-MIRROR = Path("/work/.mirror/THUDM+slime/repo")
-real_slime = pytest.mark.skipif(not SLIME_IMPORTABLE, reason="slime is not importable here")
+# On CI these run (and fail without slime) rather than skip.
+real_slime = pytest.mark.skipif(not SLIME_IMPORTABLE and not os.environ.get("CI"),
+                                reason="slime is not importable here")
 
 
-def mirror_file(path: str) -> str:
-    """A file of slime at the pinned commit, from the mirror; skips when there is no mirror."""
-    if not MIRROR.is_dir():
-        pytest.skip("no slime mirror on this machine")
-    return subprocess.run(["git", "-C", str(MIRROR), "show", f"{SLIME_COMMIT}:{path}"],
-                          check=True, capture_output=True, text=True).stdout
+def slime_file(path: str) -> str:
+    """A file of slime at the pinned commit (skips without slime's sources; fails on CI)."""
+    return (upstream.slime_dir() / path).read_text()
 
 
 @dataclass

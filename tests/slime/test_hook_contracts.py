@@ -1,5 +1,6 @@
 """Our hooks' signatures, our stand-ins and the slime facts our design rests on, checked against
-slime at the pinned commit (read from the local mirror when present; skipped otherwise).
+slime at the pinned commit (its sources found by `tests.upstream`; skipped without them, failed on
+CI).
 
 Record of slime's own plugin contract tests (tests/plugin_contracts at 624b824a) pointed at our
 hooks, run 2026-11-30 with the command in the `evolving_rl.slime_hooks` docstring (all six hook
@@ -33,22 +34,20 @@ import ast
 import dataclasses
 import inspect
 import re
-import subprocess
 
 import pytest
 from slime_fixtures import (
-    MIRROR,
-    SLIME_COMMIT,
     StandInEvalOutput,
     StandInSample,
     StandInTrainOutput,
-    mirror_file,
     real_slime,
+    slime_file,
 )
 
 from evolving_rl import slime_hooks
 from evolving_rl.slime_bridge.settings import HOOK_PATHS, HOOKS_MODULE
 from evolving_rl.slime_bridge.train_data import ROLE_CHANNEL_KEY
+from tests import upstream
 
 # Parameter tuples of slime's call sites (tests/plugin_contracts at the pinned commit).
 EXPECTED_PARAMS = {
@@ -77,7 +76,7 @@ def test_hook_parameters_match_slime_call_sites(name):
 
 
 def test_rollout_signature_matches_slime_default_exactly():
-    source = mirror_file("slime/rollout/sglang_rollout.py")
+    source = slime_file("slime/rollout/sglang_rollout.py")
     default = next(node for node in ast.parse(source).body
                    if isinstance(node, ast.FunctionDef) and node.name == "generate_rollout")
     names = tuple(arg.arg for arg in default.args.args)
@@ -89,7 +88,7 @@ def test_rollout_signature_matches_slime_default_exactly():
 
 @pytest.mark.parametrize("path", sorted(CALL_SITES))
 def test_slime_call_sites_are_as_we_assume(path):
-    assert CALL_SITES[path] in mirror_file(path)
+    assert CALL_SITES[path] in slime_file(path)
 
 
 def test_hook_paths_name_our_functions():
@@ -106,13 +105,13 @@ def _dataclass_fields(source: str, class_name: str) -> list[str]:
 
 
 def test_standins_mirror_pinned_slime_fields():
-    types_src = mirror_file("slime/utils/types.py")
+    types_src = slime_file("slime/utils/types.py")
     assert [f.name for f in dataclasses.fields(StandInSample)] == \
         _dataclass_fields(types_src, "Sample")
     assert {s.name: s.value for s in StandInSample.Status} == {
         "PENDING": "pending", "COMPLETED": "completed", "TRUNCATED": "truncated",
         "ABORTED": "aborted", "FAILED": "failed"}
-    base_src = mirror_file("slime/rollout/base_types.py")
+    base_src = slime_file("slime/rollout/base_types.py")
     for standin, name in ((StandInTrainOutput, "RolloutFnTrainOutput"),
                           (StandInEvalOutput, "RolloutFnEvalOutput")):
         assert [f.name for f in dataclasses.fields(standin)] == _dataclass_fields(base_src, name)
@@ -136,15 +135,15 @@ def _string_list_after(source: str, marker: str) -> set[str]:
 def test_role_channel_survives_slime_data_path_to_the_loss():
     """teacher_log_probs is forwarded per DP rank, tensorised as float32, CP-sliced and moved to
     the device by the actor, requested for the loss batch, and read elsewhere only under OPD."""
-    rollout_src = mirror_file("slime/ray/rollout.py")
+    rollout_src = slime_file("slime/ray/rollout.py")
     assert ROLE_CHANNEL_KEY in _string_list_after(rollout_src, "def _split_train_data_by_dp")
-    model_src = mirror_file("slime/backends/megatron_utils/model.py")
+    model_src = slime_file("slime/backends/megatron_utils/model.py")
     assert ROLE_CHANNEL_KEY in _string_list_after(model_src, "def forward_step")
-    assert f'"{ROLE_CHANNEL_KEY}": torch.float32' in mirror_file(
+    assert f'"{ROLE_CHANNEL_KEY}": torch.float32' in slime_file(
         "slime/observability/rollout_data_utils.py")
-    actor_src = mirror_file("slime/backends/megatron_utils/actor.py")
+    actor_src = slime_file("slime/backends/megatron_utils/actor.py")
     assert f'for key in ["rollout_log_probs", "{ROLE_CHANNEL_KEY}"]' in actor_src
-    loss_src = mirror_file("slime/backends/megatron_utils/loss.py")
+    loss_src = slime_file("slime/backends/megatron_utils/loss.py")
     assert "if args.use_opd:\n        apply_opd_kl_to_advantages(" in loss_src
     for key in ("kl_coef", "train_metadata", "metadata"):
         assert key not in _string_list_after(model_src, "def forward_step")
@@ -189,7 +188,7 @@ CITED_LINES = {
 
 @pytest.mark.parametrize("path", sorted(CITED_LINES))
 def test_cited_slime_lines_say_what_we_rely_on(path):
-    lines = mirror_file(path).splitlines()
+    lines = slime_file(path).splitlines()
     for number, text in CITED_LINES[path].items():
         assert lines[number - 1].strip() == text, f"{path}:{number}"
 
@@ -198,11 +197,13 @@ def test_slime_reads_entropy_coef_only_for_the_gradient_switch_and_its_own_loss(
     """With --loss-type custom_loss (slime/backends/megatron_utils/loss.py:1335) the value of
     --entropy-coef cannot double-apply an entropy term: slime's only other use is its own
     policy loss (loss.py:1114, `policy_loss_function`, which the custom loss replaces)."""
-    source = mirror_file("slime/backends/megatron_utils/loss.py")  # skips without a mirror
-    hits = subprocess.run(["git", "-C", str(MIRROR), "grep", "-n", "entropy_coef", SLIME_COMMIT,
-                           "--", "*.py"], check=True, capture_output=True, text=True).stdout
-    places = [":".join(hit.split(":")[1:3]) for hit in hits.splitlines()
-              if not hit.split(":")[1].startswith("tests/")]
+    source = slime_file("slime/backends/megatron_utils/loss.py")  # skips without slime
+    root = upstream.slime_dir()
+    hits = sorted((path.relative_to(root), number) for path in root.rglob("*.py")
+                  if path.relative_to(root).parts[0] != "tests"
+                  for number, line in enumerate(path.read_text().splitlines(), start=1)
+                  if "entropy_coef" in line)
+    places = [f"{path}:{number}" for path, number in hits]
     assert places == ["slime/backends/megatron_utils/loss.py:551",
                       "slime/backends/megatron_utils/loss.py:1114"]
     owner = next(node.name for node in ast.walk(ast.parse(source))

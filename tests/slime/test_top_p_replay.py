@@ -7,7 +7,7 @@ the recomputed log-probs to its span (slime/backends/megatron_utils/loss.py:326
 `_fill_topp_mask_rows`; an empty span keeps no id, and slime/utils/ppo_utils.py:262-266 forces
 the target back in). End to end: the rollout hook against the real ALFWorld and retrieval servers
 and the fake SGLang router, which returns a nucleus when asked, as slime's patched SGLang does,
-as JSON lists and as base64 int32. Where this machine has the slime mirror, slime's own
+as JSON lists and as base64 int32. Where slime's sources are found (`tests.upstream`), slime's own
 decoding (slime/utils/types.py, slime/utils/misc.py) and keep-mask code run on our data.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from slime_fixtures import mirror_file, realistic_samples
+from slime_fixtures import realistic_samples, slime_file
 from test_hooks_end_to_end import PromptDataSource, e2e, fake_router  # noqa: F401
 
 from evolving_rl import slime_hooks
@@ -51,7 +51,7 @@ def slime_accepts(sample: Any) -> None:
 def slime_code(path: str, *names: str) -> dict[str, Any]:
     """The named top-level functions and constants of a slime file at the pin, executed."""
     namespace: dict[str, Any] = {"torch": torch, "Any": Any, "Iterable": Iterable}
-    for node in ast.parse(mirror_file(path)).body:
+    for node in ast.parse(slime_file(path)).body:
         named = getattr(node, "name", None) or next(
             (t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)), None)
         if named in names:
@@ -61,7 +61,7 @@ def slime_code(path: str, *names: str) -> dict[str, Any]:
 
 
 def test_the_replicated_assertions_are_slimes():
-    lines = mirror_file("slime/ray/rollout.py").splitlines()
+    lines = slime_file("slime/ray/rollout.py").splitlines()
     block = [line.strip() for line in lines[717:730]]
     assert block[0] == 'if getattr(self.args, "rollout_top_p", 1.0) != 1.0:'
     ours = inspect.getsource(slime_accepts).splitlines()[2:]

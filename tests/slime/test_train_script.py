@@ -7,9 +7,10 @@ before anything starts. The checks refuse static micro-batches, a global batch o
 optimiser step per rollout, and a zero --entropy-coef while a role has an entropy term.
 
 A flag "exists" when slime's parsers at the pin declare it (slime/utils/arguments.py and the
-backend argument modules, read from the mirror), when slime's own launchers at the pin pass it
-(Megatron-LM's parser is not mirrored; its flags are the ones slime's scripts/run-*.sh use), or
-when it is an `--sglang-*` pass-through of SGLang's server args.
+backend argument modules, read as text), when slime's own launchers at the pin pass it (Megatron's
+flags, as slime's scripts/run-*.sh use them), or when it is an `--sglang-*` pass-through of
+SGLang's server args. tests/slime_upstream runs the real parsers and validators on the scripts'
+exact command lines.
 """
 
 from __future__ import annotations
@@ -29,21 +30,20 @@ import yaml
 from slime_fixtures import (
     FLAG,
     LAUNCH_LIB,
-    MIRROR,
     ROOT,
-    SLIME_COMMIT,
     SLIME_DEFAULTS,
     TRAIN_SCRIPTS,
     default_config,
     launch_text,
     launcher_args,
-    mirror_file,
     script_arrays,
     script_defaults,
+    slime_file,
 )
 
 from evolving_rl.config import load_config
 from evolving_rl.slime_bridge.settings import HOOK_PATHS, SlimeArgsError, check_slime_args
+from tests import upstream
 
 CONVERT = ROOT / "scripts/models/convert_hf_to_torch_dist.sh"
 PARSER_FILES = ("slime/utils/arguments.py", "slime/backends/megatron_utils/arguments.py",
@@ -83,12 +83,9 @@ def test_script_passes_shellcheck(script):
 def _known_flags() -> set[str]:
     known = set()
     for path in PARSER_FILES:
-        known |= set(re.findall(r'"(--[a-z0-9-]+)"', mirror_file(path)))
-    listing = subprocess.run(["git", "-C", str(MIRROR), "ls-tree", "--name-only", SLIME_COMMIT,
-                              "scripts/"], check=True, capture_output=True, text=True).stdout
-    for path in listing.split():
-        if re.fullmatch(r"scripts/run-[^/]+\.sh", path):
-            known |= set(FLAG.findall(mirror_file(path)))
+        known |= set(re.findall(r'"(--[a-z0-9-]+)"', slime_file(path)))
+    for path in sorted(upstream.slime_dir().glob("scripts/run-*.sh")):
+        known |= set(FLAG.findall(path.read_text()))
     return known
 
 
@@ -99,7 +96,7 @@ def test_every_flag_given_to_slime_exists_at_the_pin(script):
     known = _known_flags()
     given = {t for tokens in arrays.values() for t in tokens if FLAG.fullmatch(t)}
     unknown = sorted(f for f in given if f not in known and not f.startswith("--sglang-"))
-    assert not unknown, f"flags slime does not know at {SLIME_COMMIT[:8]}: {unknown}"
+    assert not unknown, f"flags slime does not know at the pin: {unknown}"
 
 
 @pytest.mark.parametrize("script", TRAIN_SCRIPTS, **SCRIPT_IDS)
@@ -122,7 +119,7 @@ def _parser_default(source: str, flag: str) -> object:
 
 
 def test_slime_defaults_we_assume_hold_at_the_pin():
-    source = mirror_file("slime/utils/arguments.py")
+    source = slime_file("slime/utils/arguments.py")
     for key, value in SLIME_DEFAULTS.items():
         assert _parser_default(source, "--" + key.replace("_", "-")) == value, key
 
@@ -216,8 +213,9 @@ def _run(script: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
 
 
 def test_missing_prerequisites_are_named_before_anything_starts(tmp_path, script):
-    """Each prerequisite in turn: the script stops with exit 2 and a message naming it, and has
-    created nothing (not even its run folder)."""
+    """Each prerequisite in turn, then the stack (top-p replay without slime's router fork): the
+    script stops with exit 2 and a message naming it, and has created nothing (not even its run
+    folder)."""
     if any(Path(folder, "ray").exists() for folder in ("/usr/bin", "/bin")):
         pytest.skip("a ray command on /usr/bin or /bin: the script could start a real run")
     reference = REFERENCE[script.name]
@@ -244,3 +242,12 @@ def test_missing_prerequisites_are_named_before_anything_starts(tmp_path, script
     result = _run(script, env)
     assert result.returncode == 2 and "missing the ray command" in result.stderr, result.stderr
     assert not (tmp_path / "run").exists()
+    # then the stack: the scripts' top-p replay without slime's sglang-router fork (this venv
+    # has none, or PyPI's stock one); the stub `ray` records any call
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin/ray").write_text(f'#!/bin/bash\necho "$*" >> {tmp_path}/ray_calls\n')
+    (tmp_path / "bin/ray").chmod(0o755)
+    result = _run(script, {**env, "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"})
+    assert result.returncode == 2, result.stderr
+    assert "slime's fork of sglang-router" in result.stderr, result.stderr
+    assert not (tmp_path / "run").exists() and not (tmp_path / "ray_calls").exists()

@@ -1,10 +1,11 @@
 """scripts/web/train_web.sh run for real up to slime: `ray` is a stub that records its calls.
 
 With configs/web.yaml on local files (a generated Mind2Web set, prepared; a retrieval cache built
-with MiniLM) the script starts our env server and the retrieval server, starts a Ray head,
-submits slime's train.py with the run's flags, and when the job ends (here: it fails) stops the
-job, the Ray head and both servers by their PID files, and exits with the job's status. Marked
-slow: two servers start and stop (about 40 s on two busy cores).
+with MiniLM; a stand-in for slime's sglang-router fork, which top-p 0.85 needs) the script starts
+our env server and the retrieval server, starts a Ray head, submits slime's train.py with the
+run's flags, and when the job ends (here: it fails) stops the job, the Ray head and both servers by
+their PID files, and exits with the job's status. Marked slow: two servers start and stop (about
+40 s on two busy cores).
 """
 
 from __future__ import annotations
@@ -65,7 +66,11 @@ def _fake_run(tmp_path: Path) -> dict[str, str]:
         folder.mkdir()
     (tmp_path / "bin/ray").write_text(RAY_STUB.format(status=JOB_STATUS))
     (tmp_path / "bin/ray").chmod(0o755)
+    fork = tmp_path / "router_fork/sglang_router"  # the image's router, for the stack check
+    fork.mkdir(parents=True)
+    (fork / "__init__.py").write_text('__version__ = "0.3.2+slime"\n')
     return {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "PYTHON": sys.executable,
+            "PYTHONPATH": str(fork.parent),
             "HOME": str(tmp_path), "STUB_DIR": str(tmp_path), "CONFIG": str(config),
             "SLIME_DIR": str(slime), "MODEL_DIR": str(model), "PREPARED_DIR": str(prepared),
             "RUN_DIR": str(tmp_path / "run"), "HF_HUB_OFFLINE": "1"}
