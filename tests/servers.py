@@ -1,12 +1,16 @@
-"""Test helpers for the real servers: contract configs on free ports (ALFWorld, Mind2Web) and
-their env servers' launchers."""
+"""Test helpers for the real servers: contract configs on free ports (ALFWorld, Mind2Web), their
+env servers' launchers, and a probe of a server under slow clients."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import requests
 import yaml
 
 from env.launch import free_port, free_port_block
@@ -72,3 +76,33 @@ def mind2web_server(action: str, config: Path) -> None:
     """Start or stop the Mind2Web env server of `config` through its launcher."""
     subprocess.run([sys.executable, "-m", "env.mind2web.launch", action, "--config",
                     str(config)], check=True, cwd=ROOT, timeout=180)
+
+
+SLOW_CLIENTS = 200  # more than waitress's default connection limit (100) could hold
+
+
+def health_latencies_under_slow_clients(url: str, probes: int = 5) -> list[float]:
+    """Seconds each of `probes` GET /health took while `SLOW_CLIENTS` loopback connections each
+    sent a request's headers announcing a body, then one byte of it, and nothing more (each probe
+    times out after 5 s: at most ~30 s in all). Raises if a probe is not answered 200."""
+    parts = urlsplit(url)
+    assert parts.hostname in ("127.0.0.1", "localhost"), "loopback only"
+    head = (f"POST /reset HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
+            "Content-Length: 1000\r\n\r\n{").encode()
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(SLOW_CLIENTS):
+            sock = socket.create_connection((parts.hostname, parts.port), timeout=5)
+            sock.sendall(head)
+            sockets.append(sock)
+        time.sleep(0.5)  # every slow connection accepted (or refused to be) by now
+        latencies = []
+        for _ in range(probes):
+            start = time.perf_counter()
+            resp = requests.get(f"{url}/health", timeout=5)
+            assert resp.status_code == 200, resp.text
+            latencies.append(time.perf_counter() - start)
+        return latencies
+    finally:
+        for sock in sockets:
+            sock.close()

@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import urllib3
-import waitress
 from flask import Flask, Response, jsonify, request
 
 from env.alfworld.pool import WorkerHandle, WorkerPool, worker_command
@@ -36,6 +35,7 @@ from env.alfworld.wire import (
     read_json_object,
     unknown,
 )
+from env.http_server import make_server
 from env.launch import (
     add_config_arguments,
     config_arguments,
@@ -167,10 +167,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         pool.start_all()
         threading.Thread(target=pool.supervise, daemon=True, name="supervise").start()
-        waitress.serve(create_app(cfg, pool, Upstream(http)), host=cfg.host,
-                       port=cfg.router_port, threads=cfg.threads_per_server,
-                       max_request_body_size=2 * cfg.max_body_bytes,
-                       channel_request_lookahead=1, ident="alfworld-router")
+        make_server(create_app(cfg, pool, Upstream(http)), host=cfg.host,
+                    port=cfg.router_port, threads=cfg.threads_per_server,
+                    max_body_bytes=2 * cfg.max_body_bytes, channel_request_lookahead=1,
+                    ident="alfworld-router").run()
     finally:
         pool.stop_all()
         logger.info("router stopped")

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import waitress
 from flask import Flask, Response, jsonify, request
 
 from env.alfworld.engine import Engine
@@ -33,6 +32,7 @@ from env.alfworld.wire import (
     install_error_handlers,
     read_json_object,
 )
+from env.http_server import make_server
 from env.launch import add_config_arguments, config_from_args, exit_on_sigterm, write_pid_file
 from evolving_rl.config.schema import AlfworldConfig
 
@@ -142,10 +142,10 @@ def main(argv: list[str] | None = None) -> None:
     threading.Thread(target=_housekeeping, daemon=True, name="housekeeping",
                      args=(table, cfg.episode_ttl_s, args.parent_pid, stop)).start()
     try:
-        waitress.serve(create_app(cfg, engine, table), host=cfg.host,
-                       port=cfg.worker_base_port + args.index, threads=cfg.threads_per_server,
-                       max_request_body_size=2 * cfg.max_body_bytes,
-                       channel_request_lookahead=1, ident="alfworld-worker")
+        make_server(create_app(cfg, engine, table), host=cfg.host,
+                    port=cfg.worker_base_port + args.index, threads=cfg.threads_per_server,
+                    max_body_bytes=2 * cfg.max_body_bytes, channel_request_lookahead=1,
+                    ident="alfworld-worker").run()
     finally:
         stop.set()
         engine.shutdown()

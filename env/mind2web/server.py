@@ -14,8 +14,7 @@ import logging
 import threading
 from pathlib import Path
 
-from waitress import create_server
-
+from env.http_server import make_server
 from env.launch import add_config_arguments, config_from_args, exit_on_sigterm, write_pid_file
 from env.mind2web.app import create_app
 from env.mind2web.episodes import EpisodeTable
@@ -45,9 +44,9 @@ def main(argv: list[str] | None = None) -> None:
     store = TaskStore(cfg.data_root, cfg.server_cache_dir, cfg.task_cache_size,
                       cfg.snapshot_cache_size)
     table = EpisodeTable(cfg.capacity, cfg.episode_ttl_s, cfg.retry_after_s)
-    server = create_server(create_app(cfg, store, table), host=cfg.host, port=cfg.port,
-                           threads=cfg.threads, max_request_body_size=2 * cfg.max_body_bytes,
-                           ident="mind2web")
+    server = make_server(create_app(cfg, store, table), host=cfg.host, port=cfg.port,
+                         threads=cfg.threads, max_body_bytes=2 * cfg.max_body_bytes,
+                         ident="mind2web")
     write_pid_file(pid_file(cfg))
     stop = threading.Event()
     threading.Thread(target=_housekeeping, args=(table, cfg.episode_ttl_s, stop), daemon=True,

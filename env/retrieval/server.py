@@ -17,8 +17,7 @@ import signal
 import sys
 from pathlib import Path
 
-from waitress import create_server
-
+from env.http_server import make_server
 from env.launch import add_config_arguments, config_from_args, write_pid_file
 from env.retrieval.app import create_app
 from evolving_rl.config import ConfigError
@@ -96,9 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     app = create_app(index, encoder, cfg)
     try:
-        server = create_server(app, host=cfg.host, port=cfg.port,
-                               threads=cfg.threads_per_server,
-                               max_request_body_size=4 * cfg.max_body_bytes, ident="retrieval")
+        server = make_server(app, host=cfg.host, port=cfg.port, threads=cfg.threads_per_server,
+                             max_body_bytes=4 * cfg.max_body_bytes, ident="retrieval",
+                             error_body=lambda status, message: {"error": message,
+                                                                 "status": status})
     except OSError as err:
         logger.error("cannot listen on %s:%d: %s", cfg.host, cfg.port, err)
         return 2

@@ -11,6 +11,8 @@ import psutil
 import pytest
 import requests
 
+from tests.servers import health_latencies_under_slow_clients
+
 SAME_OUTSIDE = "game: must be the path of a game inside the data root, relative to it"
 
 
@@ -93,10 +95,21 @@ def test_client_mistakes_get_json_4xx(servers, alfworld_games, alfworld_root, tm
         link.unlink()
     big = {"game": game, "pad": "x" * (70 * 1024)}
     assert _post_raw(base, "/reset", big).status_code == 413
+    huge = _post_raw(base, "/reset", {"game": game, "pad": "x" * (200 * 1024)})  # waitress's
+    assert huge.status_code == 413 and huge.json()["field"] == "body"
+    surrogate = _post_raw(base, "/reset", {"game": "\ud800/game.tw-pddl"})
+    assert surrogate.status_code == 400 and surrogate.json()["field"] == "game"
     assert requests.get(f"{base}/nowhere", timeout=5).json()["error"] == "no_such_route"
     view = servers.post("/step", {"episode_id": episode_id, "action": "look"}, base=base)
     assert view.status_code == 200  # the worker is fine and the episode still plays
     servers.post("/close", {"episode_id": episode_id}, base=base)
+
+
+@pytest.mark.parametrize("target", ["router", "worker"])
+def test_health_is_served_while_200_slow_clients_hold_connections(servers, target):
+    base = servers.url if target == "router" else servers.worker_url(0)
+    latencies = health_latencies_under_slow_clients(base)
+    assert max(latencies) < 2.0, latencies
 
 
 def test_capacity_gives_503_with_retry_after(servers, alfworld_games):

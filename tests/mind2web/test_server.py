@@ -24,6 +24,7 @@ from env.mind2web.store import LRU, OUTSIDE, TaskStore
 from env.mind2web.validate import GoldStep, expected_refs
 from evolving_rl.config import Config, parse_config
 from evolving_rl.core.web_metrics import REFERENCE_FALLBACK
+from tests.servers import health_latencies_under_slow_clients
 
 
 @dataclass(frozen=True)
@@ -226,6 +227,9 @@ def test_client_mistakes_get_json_4xx_naming_the_field(server, tasks):
          "action.value"),
         ("/close", {"episode_id": None}, 400, "episode_id"),
         ("/close", {"episode_id": "nope"}, 404, "episode_id"),
+        ("/reset", {"task": {"file": "\ud800", "index": 0}}, 400, "task.file"),
+        ("/step", {"episode_id": episode_id, "action": {**good, "value": "a\udfff"}}, 400,
+         "action.value"),
     ]
     for path, body, status, field in cases:
         resp = server.post(path, body)
@@ -235,14 +239,23 @@ def test_client_mistakes_get_json_4xx_naming_the_field(server, tasks):
     assert bad_json.status_code == 400 and bad_json.json()["field"] == "body"
     big = server.post("/reset", {"task": task_id, "pad": "x" * 70_000})
     assert big.status_code == 413 and big.json()["field"] == "body"
-    # waitress answers this one itself, before the app: a plain-text 400 naming the header
+    # waitress answers these itself, before the app, in the same JSON shape
+    huge = server.post("/reset", {"task": task_id, "pad": "x" * 200_000})
+    assert huge.status_code == 413 and huge.json()["error"] == "body_too_large"
+    assert huge.json()["field"] == "body"
     status, body = _raw(server, "POST /reset HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n"
                                 "Connection: close")
-    assert status == 400 and b"Content-Length" in body
+    assert status == 400 and "Content-Length" in json.loads(body)["message"]
     assert requests.get(f"{server.url}/nowhere", timeout=5).status_code == 404
     view = server.post("/step", {"episode_id": episode_id, "action": good})
     assert view.status_code == 200 and view.json()["result"]["correct"]
     server.post("/close", {"episode_id": episode_id})
+
+
+def test_health_is_served_while_200_slow_clients_hold_connections(server):
+    latencies = health_latencies_under_slow_clients(server.url)
+    assert max(latencies) < 2.0, latencies
+    assert requests.get(f"{server.url}/health", timeout=5).status_code == 200
 
 
 def test_task_files_outside_the_root_get_one_answer(server, mind2web_prepared, tmp_path):

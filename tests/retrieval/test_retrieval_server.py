@@ -16,6 +16,7 @@ from retrieval_helpers import MAX_BODY, MAX_K, MAX_QUERIES, assert_valid_top_k
 from evolving_rl.retrieval.cache import save_cache
 from evolving_rl.retrieval.index import SearchFilter, SearchIndex
 from tests.fakes.synthetic_tasks import unseen_queries
+from tests.servers import health_latencies_under_slow_clients
 
 
 def post(server, body, **kwargs):
@@ -174,6 +175,14 @@ def test_oversized_body_is_413(server):
     response = requests.post(f"{server.url}/search", data=body, timeout=30)
     assert response.status_code == 413
     assert f"over {MAX_BODY} bytes" in response.json()["error"]
+    huge = json.dumps({"query": "x" * (5 * MAX_BODY), "k": 1}).encode()  # waitress refuses it
+    response = requests.post(f"{server.url}/search", data=huge, timeout=30)
+    assert response.status_code == 413 and response.json()["status"] == 413
+
+
+def test_health_is_served_while_200_slow_clients_hold_connections(server):
+    latencies = health_latencies_under_slow_clients(server.url)
+    assert max(latencies) < 2.0, latencies
 
 
 def test_unknown_route_and_method_are_json_errors(server):
