@@ -5,26 +5,22 @@ slime/backends/megatron_utils/arguments.py) and `sglang_validate_args`.
 
 Megatron's parser ignores unknown flags (`ignore_unknown_args=True`, slime/backends/megatron_utils/
 arguments.py:195) and SGLang's parses known ones only, so "every flag is declared" is checked
-against the option strings of every parser that ran. One stand-in: Megatron's validate_args probes
-the GPU's architecture when tensor parallelism > 1 (megatron/training/arguments.py:926-927); it
-answers 9 (Hopper, the GPUs of the reference run). Then our hooks' own `check_slime_args` accepts
-the args slime made, with the script's config.
+against the option strings of every parser that ran (`slime_parse` in this folder's conftest,
+which also names the one stand-in: the GPU-architecture probe). Then our hooks' own
+`check_slime_args` accepts the args slime made, with the script's config.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from argparse import Namespace
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import slime_parse
 
 from evolving_rl.config import load_config
 from evolving_rl.slime_bridge.settings import HOOK_PATHS, check_slime_args
-
-HOPPER = 9
 
 
 def _flags(argv: list[str]) -> list[str]:
@@ -35,36 +31,7 @@ def _flags(argv: list[str]) -> list[str]:
 def parsed(launch) -> tuple[Path, list[str], Namespace, set[str], list[str]]:
     """(script, argv, slime's args, every declared option string, the validators that ran)."""
     script, argv = launch
-    import megatron.training.arguments as megatron_arguments
-    from slime.backends.megatron_utils import arguments as slime_megatron_arguments
-    from slime.utils import arguments as slime_arguments
-
-    declared: set[str] = set()
-    ran: list[str] = []
-    parse_known = argparse.ArgumentParser.parse_known_args
-
-    def recording_parse_known_args(self, *args, **kwargs):
-        declared.update(self._option_string_actions)
-        return parse_known(self, *args, **kwargs)
-
-    def recorded(module, name):
-        original = getattr(module, name)
-
-        def call(*args, **kwargs):
-            ran.append(name)
-            return original(*args, **kwargs)
-        return original, call
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(argparse.ArgumentParser, "parse_known_args", recording_parse_known_args)
-        patch.setattr(megatron_arguments, "get_device_arch_version", lambda: HOPPER)
-        for module, name in ((slime_arguments, "slime_validate_args"),
-                             (slime_megatron_arguments, "_megatron_validate_args"),
-                             (slime_arguments, "sglang_validate_args")):
-            patch.setattr(module, name, recorded(module, name)[1])
-        patch.setattr(sys, "argv", ["train.py", *argv])
-        args = slime_arguments.parse_args()
-    return script, argv, args, declared, ran
+    return (script, argv, *slime_parse(argv))
 
 
 def test_slime_parses_and_all_three_validators_accept_the_command_line(parsed):

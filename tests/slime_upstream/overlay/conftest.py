@@ -9,10 +9,12 @@ stub `ray` on PATH and returns the exact argument list it gives slime's train.py
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import subprocess
 import sys
+from argparse import Namespace
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,108 @@ def launch(request, pins, tmp_path_factory) -> tuple[Path, list[str]]:
     slime, megatron = pins
     folder = tmp_path_factory.mktemp(request.param.stem)
     return request.param, submitted_argv(request.param, folder, slime, megatron)
+
+
+HOPPER = 9
+
+
+def slime_parse(argv: list[str]) -> tuple[Namespace, set[str], list[str]]:
+    """slime's real `parse_args` (slime/utils/arguments.py:1600-1643) on `argv`: (args, the option
+    strings of every parser that ran, the validators that ran, in order).
+
+    Megatron's parser ignores unknown flags (slime/backends/megatron_utils/arguments.py:195) and
+    SGLang's parses known ones only, so the parsers are watched to tell declared flags from
+    silently dropped ones. One stand-in: Megatron's validate_args probes the GPU's architecture
+    when tensor parallelism > 1 (megatron/training/arguments.py:926-927); it answers 9 (Hopper,
+    the GPUs of the reference run)."""
+    import megatron.training.arguments as megatron_arguments
+    from slime.backends.megatron_utils import arguments as slime_megatron_arguments
+    from slime.utils import arguments as slime_arguments
+
+    declared: set[str] = set()
+    ran: list[str] = []
+    parse_known = argparse.ArgumentParser.parse_known_args
+
+    def recording_parse_known_args(self, *args, **kwargs):
+        declared.update(self._option_string_actions)
+        return parse_known(self, *args, **kwargs)
+
+    def recorded(module, name):
+        original = getattr(module, name)
+
+        def call(*args, **kwargs):
+            ran.append(name)
+            return original(*args, **kwargs)
+        return call
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(argparse.ArgumentParser, "parse_known_args", recording_parse_known_args)
+        patch.setattr(megatron_arguments, "get_device_arch_version", lambda: HOPPER)
+        for module, name in ((slime_arguments, "slime_validate_args"),
+                             (slime_megatron_arguments, "_megatron_validate_args"),
+                             (slime_arguments, "sglang_validate_args")):
+            patch.setattr(module, name, recorded(module, name))
+        patch.setattr(sys, "argv", ["train.py", *argv])
+        args = slime_arguments.parse_args()
+    return args, declared, ran
+
+
+@pytest.fixture(scope="session")
+def alfworld_args(pins, tmp_path_factory) -> Namespace:
+    """What slime makes of scripts/alfworld/train_alfworld.sh's exact command line."""
+    slime, megatron = pins
+    argv = submitted_argv(TRAIN_SCRIPTS[0], tmp_path_factory.mktemp("alfworld_args"), slime,
+                          megatron)
+    return slime_parse(argv)[0]
+
+
+@pytest.fixture(scope="session")
+def cpu_accelerator(pins):
+    """The CPU as slime's accelerator, installed through slime's own backend API
+    (slime/utils/accelerator/__init__.py:221 `set_accelerator`), as slime's tests do
+    (tests/test_accelerator.py:10-50): its registered backends are CUDA and MUSA only."""
+    from slime.utils import accelerator
+
+    class CpuAccelerator(accelerator.Accelerator):
+        name = device_type = "cpu"
+        communication_backend_name = "gloo"
+
+        def is_available(self) -> bool:
+            return True
+
+        def device(self, index=None):
+            return accelerator.torch.device("cpu")
+
+        def device_name(self, index=None) -> str:
+            return "cpu"
+
+        def set_device(self, index) -> None:
+            return None
+
+        def current_device(self) -> str:
+            return "cpu"
+
+        def device_count(self) -> int:
+            return 0
+
+        def synchronize(self, device=None) -> None:
+            return None
+
+        def current_stream(self, device=None):
+            return None
+
+        def empty_cache(self) -> None:
+            return None
+
+        def mem_get_info(self, device=None) -> tuple[int, int]:
+            return 0, 0
+
+        def memory_allocated(self, device=None) -> int:
+            return 0
+
+        def memory_reserved(self, device=None) -> int:
+            return 0
+
+    accelerator.set_accelerator(CpuAccelerator())
+    yield
+    accelerator.reset_accelerator()
