@@ -7,8 +7,13 @@ tasks and snapshots are cached). (a) `plain`: `TaskStore` + `Episode` called dir
 process, no HTTP; (b) `http`: the server started by `env.mind2web.launch` on a free loopback port.
 Printed: step p50/p99 and steps/s of each, the ratios (b)/(a), and against the targets
 (the reference's p99 <= 26 ms at ~300 elements and 16 clients; at ~5,000 elements p50 <= 20 ms,
-p99 <= 100 ms with 1 and 16 clients; a cold 5,000-element snapshot build <= 50 ms); that gold
-replay wins every episode; that a battery of client mistakes gets no answer >= 500; the CPU time
+p99 <= 100 ms with 1 and 16 clients; a cold 5,000-element snapshot build <= 50 ms); cold pages
+under concurrency: C clients each replaying its own ~5,000-element task on fresh servers (every
+page built once, by the step that shows it), today's path (`snapshot_processes: 0`, pages built
+in the request thread) against the process pool (one per core), alternating, `--cold-rounds`
+times: per round p50/p99 and steps/s of each, then the medians and the median ratios (target:
+pool p99 <= 300 ms at 16 clients); that gold replay (the reference's empty-positive fallback, so
+every episode can be won) wins every episode; that a battery of client mistakes gets no answer >= 500; the CPU time
 per request of the server process and of the client threads (what bounds latency on few cores).
 `--memory` adds, each in a fresh child process (peak RSS: the kernel's high-water mark VmHWM,
 which unlike `getrusage` does not carry the forking parent's peak over exec): preparing a
@@ -47,13 +52,15 @@ from env.mind2web.episodes import Episode, EpisodeTable
 from env.mind2web.generate import GeneratedData, GenerateSpec, generate
 from env.mind2web.prepare import prepare
 from env.mind2web.snapshot import build_snapshot
+from env.mind2web.snapshot_pool import pool_size
 from env.mind2web.store import TaskKey, TaskStore
 from env.mind2web.validate import Action, expected_refs
 from evolving_rl.config import Config, parse_config
+from evolving_rl.core.web_metrics import REFERENCE_FALLBACK
 
 logger = logging.getLogger("mind2web_env")
 TINY = {"small": 20, "large": 200, "tasks": 3, "large_tasks": 2, "clients": 4, "passes": 1,
-        "memory": True, "memory_mb": 2}
+        "memory": True, "memory_mb": 2, "cold_tasks": 4, "cold_rounds": 1}
 PAGE_BASE = 30  # elements of a generated page besides its distractors (about)
 MEMORY_DISTRACTORS = 250  # about 0.36 MiB of JSON per task
 
@@ -114,10 +121,12 @@ def task_keys(generated: GeneratedData, spec: GenerateSpec) -> list[TaskKey]:
 
 
 def gold_replay(store: TaskStore, key: TaskKey) -> Replay:
-    """The gold path of one task: the first ref `judge` accepts at each step."""
+    """The gold path of one task: the first ref `judge` accepts at each step under the
+    reference's fallback (the servers here run it, so that every episode can be won)."""
     steps = store.task(key).steps
     return Replay(key, tuple(
-        Action(step.gold.op, expected_refs(step.gold, store.snapshot(key, i))[0],
+        Action(step.gold.op,
+               expected_refs(step.gold, store.snapshot(key, i), REFERENCE_FALLBACK)[0],
                step.gold.value) for i, step in enumerate(steps)))
 
 
@@ -127,7 +136,7 @@ def plain_run(store: TaskStore, replays: list[Replay], clients: int, passes: int
 
     def play(i: int) -> None:
         replay = replays[i % len(replays)]
-        episode = Episode(replay.key, "train")
+        episode = Episode(replay.key, "train", REFERENCE_FALLBACK)
         episode_id = table.add(episode)
         view = episode.view(store, episode_id)
         for action in replay.actions:
@@ -195,6 +204,16 @@ class Workbench:
     elements: float
 
 
+def server_config(base: Path, name: str, root: Path, **settings) -> Config:
+    """A Mind2Web server config over `root` on a free loopback port, its caches under `base`."""
+    values = {"data_root": str(root), "port": free_port(),
+              "server_cache_dir": str(base / f"{root.name}_c"),
+              "log_dir": str(base / f"{name}_logs"), "capacity": 4096,
+              "snapshot_cache_size": 4096, "task_cache_size": 1024,
+              "empty_positive_rule": REFERENCE_FALLBACK, **settings}
+    return parse_config({"environment": "mind2web", "mind2web": values})
+
+
 def open_bench(base: Path, name: str, distractors: int, tasks: int,
                started: list[Config]) -> Workbench:
     """Generate `tasks` tasks of ~`distractors` + 30 elements and start their server (its
@@ -203,17 +222,13 @@ def open_bench(base: Path, name: str, distractors: int, tasks: int,
     spec = GenerateSpec(tasks=tasks, distractors=distractors, splits=("train",),
                         tasks_per_file=max(1, tasks // 2))
     generated = generate(root, spec)
-    port = free_port()
-    values = {"data_root": str(root), "port": port, "server_cache_dir": str(base / f"{name}_c"),
-              "log_dir": str(base / f"{name}_logs"), "capacity": 4096,
-              "snapshot_cache_size": 4096, "task_cache_size": 1024}
-    cfg = parse_config({"environment": "mind2web", "mind2web": values})
+    cfg = server_config(base, name, root)
     started.append(cfg)
     server = psutil.Process(launch.start(cfg))
-    store = TaskStore(root, values["server_cache_dir"], 1024, 4096)
+    store = TaskStore(root, cfg.mind2web.server_cache_dir, 1024, 4096)
     replays = [gold_replay(store, key) for key in task_keys(generated, spec)]
     sizes = [len(store.snapshot(r.key, i).entries) for r in replays for i in range(len(r.actions))]
-    return Workbench(cfg, f"http://127.0.0.1:{port}", server, store, replays,
+    return Workbench(cfg, f"http://127.0.0.1:{cfg.mind2web.port}", server, store, replays,
                      sum(sizes) / len(sizes))
 
 
@@ -312,7 +327,7 @@ def _peak_kb() -> int:
 
 def _child_prepare(root: str, out: str, queue: multiprocessing.Queue) -> None:
     before = _peak_kb()
-    prepare(root, out)
+    prepare(root, out, required=("train",))
     queue.put((before, _peak_kb()))
 
 
@@ -379,6 +394,62 @@ def latency_targets(base: Path, args, won: list[int],
     return targets, small
 
 
+COLD_PATHS = (("today", 0), ("pool", -1))  # mind2web.snapshot_processes of each
+
+
+def _cold_pass(base: Path, root: Path, name: str, processes: int, replays: list[Replay],
+               clients: int, started: list[Config]) -> Tally:
+    """One pass of every replay on a fresh server: every page is cold when its step shows it."""
+    cfg = server_config(base, f"cold_{name}", root, snapshot_processes=processes)
+    started.append(cfg)
+    launch.start(cfg)
+    try:
+        return http_run(f"http://127.0.0.1:{cfg.mind2web.port}", replays, clients, 1)
+    finally:
+        launch.stop(cfg)
+        started.remove(cfg)
+
+
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
+def cold_targets(base: Path, args, won: list[int], started: list[Config]) -> list[Target]:
+    """Cold ~5,000-element pages under `clients` clients: today's path vs the process pool."""
+    root = base / "cold"
+    spec = GenerateSpec(tasks=args.cold_tasks, distractors=args.large, splits=("train",),
+                        tasks_per_file=max(1, args.cold_tasks // 2))
+    generated = generate(root, spec)
+    store = TaskStore(root, base / f"{root.name}_c", 64, 64)  # the servers reuse its index
+    replays = [gold_replay(store, key) for key in task_keys(generated, spec)]
+    logger.info("--- cold pages: %d tasks of ~%d elements, %d clients, %d rounds, snapshots by "
+                "%d pool processes", len(replays), args.large + PAGE_BASE, args.clients,
+                args.cold_rounds, pool_size(-1))
+    runs: dict[str, list[Tally]] = {name: [] for name, _ in COLD_PATHS}
+    for number in range(args.cold_rounds):
+        order = COLD_PATHS if number % 2 == 0 else COLD_PATHS[::-1]
+        for name, processes in order:
+            tally = _cold_pass(base, root, name, processes, replays, args.clients, started)
+            runs[name].append(tally)
+            report(f"{name}#{number}"[:5], tally)
+            won[0] += tally.won
+            won[1] += len(replays)
+    today, pool = runs["today"], runs["pool"]
+    p99 = {name: _median([t.pct(.99) for t in tallies]) for name, tallies in runs.items()}
+    logger.info("cold pages, medians over %d rounds: today p50/p99 %.0f/%.0f ms %.1f steps/s; "
+                "pool p50/p99 %.0f/%.0f ms %.1f steps/s", args.cold_rounds,
+                _median([t.pct(.5) for t in today]), p99["today"],
+                _median([t.rate for t in today]), _median([t.pct(.5) for t in pool]),
+                p99["pool"], _median([t.rate for t in pool]))
+    logger.info("ratio today/pool (median of rounds): step p99 %.2fx, step p50 %.2fx; "
+                "throughput pool/today %.2fx",
+                _median([t.pct(.99) / max(p.pct(.99), 1e-6) for t, p in zip(today, pool)]),
+                _median([t.pct(.5) / max(p.pct(.5), 1e-6) for t, p in zip(today, pool)]),
+                _median([p.rate / max(t.rate, 1e-9) for t, p in zip(today, pool)]))
+    return [Target(f"cold-page step p99, ~{args.large + PAGE_BASE} elements, {args.clients} "
+                   f"clients, process pool", p99["pool"], 300, "ms")]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", type=int, default=270, help="distractors: ~300 elements")
@@ -387,6 +458,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--large-tasks", type=int, default=6, help="tasks of the large pages")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--passes", type=int, default=10, help="timed passes over the tasks")
+    parser.add_argument("--cold-tasks", type=int, default=16,
+                        help="tasks of the cold-page runs (one per client)")
+    parser.add_argument("--cold-rounds", type=int, default=3,
+                        help="fresh-server rounds of the cold-page comparison")
     parser.add_argument("--memory", action="store_true", help="add the memory measurements")
     parser.add_argument("--memory-mb", type=float, default=520, help="split to prepare")
     args = parse_with_tiny(parser, argv, TINY)
@@ -399,6 +474,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             targets, small = latency_targets(base, args, won, started)
             sent, bad = mistakes(small)
+            targets += cold_targets(base, args, won, started)
         finally:
             for cfg in started:
                 launch.stop(cfg)

@@ -3,7 +3,8 @@
     python -m env.mind2web.server --config configs/web.yaml [--set mind2web.port=8300]
 
 Owns start-up and process life: the task store is built (or its on-disk index reused) before the
-port opens, so a healthy server has every task indexed; `<log_dir>/server.pid` is written once
+port opens, so a healthy server has every task indexed; cold page snapshots are built by a pool
+of processes (`mind2web.snapshot_processes`, `env.mind2web.snapshot_pool`); `<log_dir>/server.pid` is written once
 listening and removed at exit; a housekeeping thread evicts idle episodes; SIGTERM stops cleanly.
 """
 
@@ -18,6 +19,7 @@ from env.http_server import make_server
 from env.launch import add_config_arguments, config_from_args, exit_on_sigterm, write_pid_file
 from env.mind2web.app import create_app
 from env.mind2web.episodes import EpisodeTable
+from env.mind2web.snapshot_pool import SnapshotBuilder, pool_size
 from env.mind2web.store import TaskStore
 from evolving_rl.config.schema import Mind2WebConfig
 
@@ -41,8 +43,9 @@ def main(argv: list[str] | None = None) -> None:
     cfg = config_from_args(parser.parse_args(argv)).mind2web
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     exit_on_sigterm()
+    builder = SnapshotBuilder(pool_size(cfg.snapshot_processes))
     store = TaskStore(cfg.data_root, cfg.server_cache_dir, cfg.task_cache_size,
-                      cfg.snapshot_cache_size)
+                      cfg.snapshot_cache_size, builder.build)
     table = EpisodeTable(cfg.capacity, cfg.episode_ttl_s, cfg.retry_after_s)
     server = make_server(create_app(cfg, store, table), host=cfg.host, port=cfg.port,
                          threads=cfg.threads, max_body_bytes=2 * cfg.max_body_bytes,
@@ -51,12 +54,14 @@ def main(argv: list[str] | None = None) -> None:
     stop = threading.Event()
     threading.Thread(target=_housekeeping, args=(table, cfg.episode_ttl_s, stop), daemon=True,
                      name="housekeeping").start()
-    logger.info("serving %d tasks on http://%s:%d", len(store), cfg.host, cfg.port)
+    logger.info("serving %d tasks on http://%s:%d (snapshots built by %d processes)", len(store),
+                cfg.host, cfg.port, builder.processes)
     try:
         server.run()
     finally:
         stop.set()
         server.close()
+        builder.close()
         logger.info("mind2web server on port %d stopped", cfg.port)
 
 

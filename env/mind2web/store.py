@@ -6,7 +6,9 @@ server's own cache folder (`mind2web.server_cache_dir`), reused while the source
 are unchanged. A task is named by annotation id, or by (file relative to the root, index): a file
 outside the root (`../`, absolute, symlinked out) gets one fixed message decided before anything
 is looked up, and only indexed files are ever opened, so an answer never reveals what exists
-outside the root. Parsed tasks and page snapshots sit in bounded LRU caches.
+outside the root. Parsed tasks and page snapshots sit in bounded LRU caches; a page missing from
+its cache is built by the `build` function given (`build_snapshot` in this thread by default, or
+`env.mind2web.snapshot_pool`'s processes).
 """
 
 from __future__ import annotations
@@ -148,8 +150,10 @@ class TaskStore:
     """Every task under `root`, by annotation id or (file, index)."""
 
     def __init__(self, root: str | Path, cache_dir: str | Path, task_cache_size: int,
-                 snapshot_cache_size: int) -> None:
+                 snapshot_cache_size: int,
+                 build: Callable[[str], Snapshot] = build_snapshot) -> None:
         self.root = Path(root).resolve()
+        self._build = build
         cache = Path(cache_dir)
         cache.mkdir(parents=True, exist_ok=True)
         self._files: dict[str, _Indexed] = {}
@@ -209,4 +213,4 @@ class TaskStore:
 
     def _render(self, key_step: tuple[TaskKey, int]) -> Snapshot:
         key, step = key_step
-        return build_snapshot(self.task(key).steps[step].cleaned_html)
+        return self._build(self.task(key).steps[step].cleaned_html)

@@ -1,12 +1,15 @@
-"""The page snapshot: parsing rules, listing rules, no answer leak, speed on a large page."""
+"""The page snapshot: parsing rules, listing rules, no answer leak, speed on a large page, and
+the same snapshots from the process pool."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 
 from env.mind2web.snapshot import build_snapshot, parse
+from env.mind2web.snapshot_pool import SnapshotBuilder, pool_size
 from env.mind2web.validate import GoldStep, expected_refs
 from evolving_rl.core.web_metrics import REFERENCE_FALLBACK
 
@@ -118,3 +121,21 @@ def test_a_5000_element_page_is_fast():
         best = min(best, time.process_time() - start)
     assert len(snapshot.entries) > 3000
     assert best < 0.5, f"{best * 1000:.0f} ms (target <= 50 ms on an idle core)"
+
+
+def test_the_process_pool_builds_the_same_snapshots_and_survives_a_dead_process(
+        mind2web_generated):
+    pages = [action["cleaned_html"] for path in mind2web_generated.files if path.suffix == ".json"
+             for task in json.loads(path.read_text()) for action in task["actions"]][:6]
+    assert pool_size(-1) == len(os.sched_getaffinity(0)) and pool_size(0) == 0
+    builder = SnapshotBuilder(2)
+    try:
+        assert [builder.build(page) for page in pages] == [build_snapshot(p) for p in pages]
+        for process in list(builder._pool._processes.values()):
+            process.kill()
+            process.join()
+        assert builder.build(pages[0]) == build_snapshot(pages[0])  # in this thread, once
+        assert builder.build(pages[1]) == build_snapshot(pages[1])  # by the new pool
+    finally:
+        builder.close()
+    assert SnapshotBuilder(0).build(pages[2]) == build_snapshot(pages[2])

@@ -245,6 +245,9 @@ class Mind2WebConfig:
     # Steps without a positive candidate: "standard" (MindAct: no element is right) or
     # "reference_fallback" (the reference's environment: the action repr's role and text).
     empty_positive_rule: Literal["standard", "reference_fallback"] = "standard"
+    # Processes that build cold page snapshots (a 5,000-element page is 30-50 ms of CPU): -1 one
+    # per CPU core the server may use, 0 none (built in the request thread, under its GIL).
+    snapshot_processes: int = bounded(-1, ge=-1)
     log_dir: str = "runs/logs/mind2web"
     start_timeout_s: float = bounded(300.0, gt=0.0)
     stop_timeout_s: float = bounded(10.0, gt=0.0)
