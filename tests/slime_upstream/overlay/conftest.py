@@ -60,19 +60,26 @@ def _default(script: Path, name: str) -> str:
     return match.group(1)
 
 
-def _launch_env(script: Path, folder: Path, slime: Path, megatron: Path) -> dict[str, str]:
-    """Everything a train script checks for, in `folder`; slime and Megatron are the pins'."""
-    model, prepared = folder / "Qwen2.5-7B-Instruct", folder / "prepared"
+def _launch_env(script: Path, folder: Path, slime: Path, megatron: Path,
+                config: Path | None, prepared: Path | None) -> dict[str, str]:
+    """Everything a train script checks for, in `folder`; slime and Megatron are the pins'. The
+    config and prepared data are the script's own (empty splits, the retrieval cache a stand-in
+    file) unless given."""
+    model = folder / "Qwen2.5-7B-Instruct"
     model.mkdir(parents=True)
     (model / "config.json").write_text(json.dumps(QWEN25_7B))
     Path(f"{model}_torch_dist").mkdir()
-    prepared.mkdir()
-    for split in [_default(script, "TRAIN_SPLIT"), *_default(script, "EVAL_SPLITS").split()]:
-        (prepared / f"{split}.jsonl").write_text("")
-    config = yaml.safe_load(Path(ROOT, _config_of(script)).read_text())
-    config["retrieval"]["cache_path"] = str(folder / "cache.npz")  # checked to exist, not read
-    (folder / "cache.npz").write_text("")
-    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    if prepared is None:
+        prepared = folder / "prepared"
+        prepared.mkdir()
+        for split in [_default(script, "TRAIN_SPLIT"), *_default(script, "EVAL_SPLITS").split()]:
+            (prepared / f"{split}.jsonl").write_text("")
+    if config is None:
+        values = yaml.safe_load(Path(ROOT, _config_of(script)).read_text())
+        values["retrieval"]["cache_path"] = str(folder / "cache.npz")  # checked, not read
+        (folder / "cache.npz").write_text("")
+        config = folder / "config.yaml"
+        config.write_text(yaml.safe_dump(values))
     bin_dir, fork = folder / "bin", folder / "router/sglang_router"
     bin_dir.mkdir()
     fork.mkdir(parents=True)
@@ -82,9 +89,8 @@ def _launch_env(script: Path, folder: Path, slime: Path, megatron: Path) -> dict
         (bin_dir / name).chmod(0o755)
     return {"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHON": str(bin_dir / "python"),
             "PYTHONPATH": str(fork.parent), "HOME": str(folder), "STUB_DIR": str(folder),
-            "CONFIG": str(folder / "config.yaml"), "SLIME_DIR": str(slime),
-            "MEGATRON_DIR": str(megatron), "MODEL_DIR": str(model),
-            "PREPARED_DIR": str(prepared), "RUN_DIR": str(folder / "run")}
+            "CONFIG": str(config), "SLIME_DIR": str(slime), "MEGATRON_DIR": str(megatron),
+            "MODEL_DIR": str(model), "PREPARED_DIR": str(prepared), "RUN_DIR": str(folder / "run")}
 
 
 def _config_of(script: Path) -> str:
@@ -93,9 +99,12 @@ def _config_of(script: Path) -> str:
     return match.group(1)
 
 
-def submitted_argv(script: Path, folder: Path, slime: Path, megatron: Path) -> list[str]:
-    """The arguments `script` gives slime's train.py (after `python3 <slime>/train.py`)."""
-    env = _launch_env(script, folder, slime, megatron)
+def submitted_argv(script: Path, folder: Path, slime: Path, megatron: Path,
+                   config: Path | None = None, prepared: Path | None = None,
+                   overrides: dict[str, str] | None = None) -> list[str]:
+    """The arguments `script` gives slime's train.py (after `python3 <slime>/train.py`), with
+    the script's environment `overrides` (e.g. PROMPTS_PER_ROLLOUT)."""
+    env = {**_launch_env(script, folder, slime, megatron, config, prepared), **(overrides or {})}
     result = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True,
                             timeout=300, cwd=folder)
     assert result.returncode == 0, result.stderr[-3000:]
