@@ -46,7 +46,8 @@ function is named too: slime defaults `--eval-function-path` to the rollout func
     python -m pytest tests/plugin_contracts
 
 Result: 31 passed, 5 failed (36 tests). Each failure, and why it is only the probe's synthetic
-assumption, is recorded in tests/slime/test_hook_contracts.py.
+assumption, is recorded in tests/slime/test_hook_contracts.py;
+tests/slime_upstream/test_plugin_contracts.py runs them so on every commit.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ slime at the pinned commit (its sources found by `tests.upstream`; skipped witho
 CI).
 
 Record of slime's own plugin contract tests (tests/plugin_contracts at 624b824a) pointed at our
-hooks, run 2026-11-30 with the command in the `evolving_rl.slime_hooks` docstring (all six hook
+hooks (tests/slime_upstream/test_plugin_contracts.py runs them with these failures named), run
+2026-11-30 with the command in the `evolving_rl.slime_hooks` docstring (all six hook
 variables, `SLIME_CONTRACT_EVAL_FUNCTION_PATH` included), from `git archive` of the pin in
 /tmp/slime_pin, Python 3.11.7 with this project's venv plus `pylatexenc` 2.11 (slime's rm_hub
 imports it; the contract tests stub ray, sglang_router and transformers themselves):
