@@ -3,8 +3,10 @@ tests/slime_upstream/test_overlay_checks.py, whose PYTHONPATH puts SGLang's over
 stand-in, slime and Megatron-LM first (tests/slime_upstream/child_pytest.py).
 
 transformers is told the truth, that this environment has no torchvision, before anything imports
-it (tests/slime_upstream/stand_ins/torchvision). `launch` runs each train script for real with a
-stub `ray` on PATH and returns the exact argument list it gives slime's train.py.
+it (tests/slime_upstream/stand_ins/torchvision). `submitted_argv` (fixture `launch`: both scripts)
+runs a train script for real with a stub `ray` on PATH and returns the exact argument list it
+gives slime's train.py; `slime_parse` runs slime's `parse_args` on one (fixture `alfworld_args`);
+`cpu_accelerator` makes the CPU slime's accelerator.
 """
 
 from __future__ import annotations
