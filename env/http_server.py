@@ -18,12 +18,14 @@ retrieval) serves with:
 A stalled connection holds no worker thread (waitress buffers a request until it is complete).
 Errors waitress raises before the app sees a request (a body over `max_request_body_size`: 413,
 malformed or oversized headers: 400 / 431) answer with the server's JSON error body
-(`error_body(status, message)`), not waitress's plain text.
+(`error_body(status, message)`), not waitress's plain text. `surrogate_field` finds the string
+of a parsed body that holds a lone surrogate, which each server answers with a 400 naming it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +38,8 @@ CONNECTION_LIMIT = 1000
 CHANNEL_TIMEOUT_S = 30
 CLEANUP_INTERVAL_S = 5
 ErrorBody = Callable[[int, str], dict[str, Any]]
+SURROGATE_MESSAGE = "holds a lone surrogate (\\ud800-\\udfff), which no text may contain"
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def wire_error_body(status: int, message: str) -> dict[str, Any]:
@@ -80,3 +84,23 @@ def make_server(app: Callable, *, host: str, port: int, threads: int, max_body_b
     for listener in listeners:
         listener.channel_class = channel
     return server
+
+
+def surrogate_field(body: dict[str, Any]) -> str | None:
+    """The dotted path of the first string (value, or key: its container's path) holding a lone
+    surrogate, else None (JSON `\\ud800` escapes decode to such strings, which no file name or
+    text can hold). Iterative: nesting is bounded only by the body size."""
+    pending: list[tuple[Any, str]] = [(body, "")]
+    while pending:
+        value, path = pending.pop()
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                return path
+            continue
+        items = (value.items() if isinstance(value, dict)
+                 else enumerate(value) if isinstance(value, list) else ())
+        for key, item in items:
+            if isinstance(key, str) and _SURROGATE.search(key):
+                return path
+            pending.append((item, f"{path}.{key}" if path else str(key)))
+    return None

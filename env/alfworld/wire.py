@@ -17,10 +17,11 @@ from typing import Any
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
+from env.http_server import SURROGATE_MESSAGE, surrogate_field
+
 MAX_ACTION_CHARS = 1000
 MAX_GAME_CHARS = 1024
 EPISODE_ID = re.compile(r"^(\d{1,4})-([0-9a-f]{8})-([0-9a-f]{16})$")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class WireError(Exception):
@@ -66,31 +67,10 @@ def read_json_object() -> dict[str, Any]:
         raise WireError(400, "malformed_json", "body is not valid JSON", "body") from None
     if not isinstance(body, dict):
         raise WireError(400, "malformed_json", "body must be a JSON object", "body")
-    field = _surrogate_at(body)
+    field = surrogate_field(body)
     if field is not None:
-        raise bad_field(field or "body", "holds a lone surrogate (\\ud800-\\udfff), which no "
-                        "text may contain")
+        raise bad_field(field or "body", SURROGATE_MESSAGE)
     return body
-
-
-def _surrogate_at(body: dict[str, Any]) -> str | None:
-    """The dotted path of the first string (value, or key: its container's path) holding a lone
-    surrogate, else None (JSON `\\ud800` escapes decode to such strings, which no file name or
-    text can hold). Iterative: nesting is bounded only by the body size."""
-    pending: list[tuple[Any, str]] = [(body, "")]
-    while pending:
-        value, path = pending.pop()
-        if isinstance(value, str):
-            if _SURROGATE.search(value):
-                return path
-            continue
-        items = (value.items() if isinstance(value, dict)
-                 else enumerate(value) if isinstance(value, list) else ())
-        for key, item in items:
-            if isinstance(key, str) and _SURROGATE.search(key):
-                return path
-            pending.append((item, f"{path}.{key}" if path else str(key)))
-    return None
 
 
 def _string(body: dict[str, Any], field: str, max_chars: int) -> str:

@@ -15,6 +15,7 @@ import numpy as np
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
+from env.http_server import SURROGATE_MESSAGE, surrogate_field
 from evolving_rl.config.schema import RetrievalConfig
 from evolving_rl.retrieval.encoder import Encoder
 from evolving_rl.retrieval.index import Hit, SearchIndex
@@ -82,6 +83,9 @@ def create_app(index: SearchIndex, encoder: Encoder, cfg: RetrievalConfig) -> Fl
             body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
             raise RequestError(f"malformed JSON body: {err}") from None
+        field = surrogate_field(body) if isinstance(body, dict) else None
+        if field is not None:
+            raise RequestError(f"{field or 'body'}: {SURROGATE_MESSAGE}")
         req = parse_search_request(body, limits)
         results = service.search(req)
         return jsonify(model=index.model,

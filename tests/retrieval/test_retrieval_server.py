@@ -180,6 +180,14 @@ def test_oversized_body_is_413(server):
     assert response.status_code == 413 and response.json()["status"] == 413
 
 
+def test_a_lone_surrogate_is_a_400_naming_its_field(server):
+    for body, field in (({"query": "heat \ud800 mug", "k": 1}, "query"),
+                        ({"queries": ["ok", "\udfff"], "k": 1}, "queries.1")):
+        response = requests.post(f"{server.url}/search", json=body, timeout=30)
+        assert response.status_code == 400, response.text
+        assert response.json()["error"].startswith(f"{field}: holds a lone surrogate")
+
+
 def test_health_is_served_while_200_slow_clients_hold_connections(server):
     latencies = health_latencies_under_slow_clients(server.url)
     assert max(latencies) < 2.0, latencies
