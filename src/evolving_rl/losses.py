@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 KL_CLAMP = 10.0
+LOG_RATIO_CAP = 20.0  # exp(20) - 21 > KL_CLAMP: the cap changes no value (low_var_kl)
 
 Coefficient = torch.Tensor | float
 
@@ -39,8 +40,14 @@ class TokenLoss:
 
 
 def low_var_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
-    """Non-negative, unbiased k3 estimate of KL(policy || reference) per token, clamped."""
-    log_ratio = ref_log_probs.float() - log_probs.float()
+    """Non-negative, unbiased k3 estimate of KL(policy || reference) per token, clamped.
+
+    The values are slime's (`slime/utils/ppo_utils.py` compute_approx_kl, low_var_kl: exp, then
+    the clamp to [-10, 10]) wherever those are finite. The log-ratio is first capped at
+    `LOG_RATIO_CAP`, above which the clamp holds the value at 10 anyway: without the cap a ratio
+    over ~88 overflows exp to inf in float32, and the clamp's zero gradient times that inf makes
+    the whole step's gradient NaN."""
+    log_ratio = (ref_log_probs.float() - log_probs.float()).clamp(max=LOG_RATIO_CAP)
     kl = log_ratio.exp() - 1.0 - log_ratio
     return kl.clamp(min=-KL_CLAMP, max=KL_CLAMP)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import subprocess
 import sys
 
@@ -193,3 +194,24 @@ def test_release_freed_memory_unmaps_freed_tensors():
         [sys.executable, "-c", HEAP_HOLES, mode], capture_output=True, text=True, check=True,
         timeout=120).stdout) for mode in ("default", "release")}
     assert returned["default"] < 32 and returned["release"] > 100, returned
+
+
+@pytest.mark.parametrize("master", [False, True])
+def test_a_non_finite_gradient_skips_the_update_and_the_next_step_applies(loss_cfg, local_cfg,
+                                                                          batch, master):
+    model = tiny_llama().to(torch.bfloat16 if master else torch.float32)
+    trainer = GRPOTrainer(model, copy.deepcopy(model).requires_grad_(False), loss_cfg,
+                          dataclasses.replace(local_cfg, master_weights=master), pad_id=PAD_ID)
+    before = [p.detach().clone() for p in model.parameters()]
+    poison = next(model.parameters()).register_hook(lambda grad: grad * float("nan"))
+    skipped = trainer.step(batch)
+    poison.remove()
+    assert skipped.skipped and not math.isfinite(skipped.grad_norm)
+    assert all(torch.equal(a, p.detach()) for a, p in zip(before, model.parameters(),
+                                                          strict=True))
+    assert all(p.grad is None for p in trainer.optimized)
+    applied = trainer.step(batch)
+    assert not applied.skipped and math.isfinite(applied.grad_norm)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert any(not torch.equal(a, p.detach()) for a, p in zip(before, model.parameters(),
+                                                              strict=True))

@@ -42,6 +42,19 @@ def test_low_var_kl_matches_k3_and_is_clamped():
     assert low_var_kl(_lp(-30.0), _lp(0.0)).item() == KL_CLAMP
 
 
+def test_low_var_kl_gradient_stays_finite_where_the_ratio_overflows_exp():
+    # ref - logp of 100 (and +inf) overflows exp in float32; the value is the clamp's either way
+    log_probs = torch.tensor([-100.0, -float("inf"), -1.0, -30.0], requires_grad=True)
+    ref = torch.tensor([0.0, -1.0, -1.2, -5.0])
+    kl = low_var_kl(log_probs, ref)
+    assert kl[0].item() == kl[1].item() == KL_CLAMP == kl[3].item()
+    log_ratio = (ref[2] + 1.0).item()
+    assert kl[2].item() == pytest.approx(math.exp(log_ratio) - 1 - log_ratio)
+    kl.sum().backward()
+    assert torch.isfinite(log_probs.grad).all()
+    assert log_probs.grad[0].item() == log_probs.grad[3].item() == 0.0  # clamped: no gradient
+
+
 def test_kl_and_entropy_terms_with_per_token_coefficients():
     log_probs = torch.log(_lp(0.5, 0.5))
     terms = per_token_policy_loss(

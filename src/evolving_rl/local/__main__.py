@@ -48,7 +48,8 @@ def _train_line(record: dict[str, Any]) -> str:
             f"extractor {record.get('extractor_varied_groups', 0):.0f}/"
             f"{record.get('extractor_groups', 0):.0f}) | samples "
             f"{record.get('train/n_samples', 0)} loss {record.get('train/loss', 0):+.4f} "
-            f"kl {record.get('train/kl', 0):.4f} ({record.get('train/duration_s', 0):.0f}s)")
+            f"kl {record.get('train/kl', 0):.4f} ({record.get('train/duration_s', 0):.0f}s)"
+            + (" | update skipped: non-finite gradient" if record.get("train/skipped") else ""))
 
 
 def summary(result: JobResult, wall_s: float, eval_decoding: str) -> str:

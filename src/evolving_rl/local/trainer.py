@@ -214,6 +214,9 @@ class StepMetrics:
     clipped: float = 0.0
     ratio: float = 0.0
     grad_norm: float = 0.0
+    # The gradient norm was NaN or infinite, so the step was not applied (Megatron's fp16 loss
+    # scaler skips such a step; in bf16 it stops the run, `--check-for-nan-in-loss-and-grad`).
+    skipped: bool = False
     duration_s: float = 0.0
     tokens_per_s: float = 0.0
     role_tokens: dict[str, int] = field(default_factory=dict)
@@ -325,9 +328,14 @@ class GRPOTrainer:
         if self.masters is not None:
             self.masters.load_grads()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.optimized, self.loss_cfg.grad_clip)
-        self.optimizer.step()
+        metrics.skipped = not bool(torch.isfinite(grad_norm))
+        if metrics.skipped:
+            logger.warning("step %d: gradient norm %s is not finite: update skipped, the "
+                           "weights are unchanged", self.step_count, float(grad_norm))
+        else:
+            self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        if self.masters is not None:
+        if self.masters is not None and not metrics.skipped:
             self.masters.write_back()
         self.model.eval()
         for name in ("loss", *TERMS):
