@@ -100,6 +100,38 @@ def test_unknown_skill_placement_is_refused():
         AlfworldAdapter(skill_placement="observation")
 
 
+class _SlowResets(FakeEnvClient):
+    """Resets that take a moment, counting how many run at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.running = self.peak = 0
+
+    async def reset(self, body):
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+        await asyncio.sleep(0.01)
+        self.running -= 1
+        return await super().reset(body)
+
+
+@pytest.mark.parametrize(("bound", "peak"), [(0, 6), (2, 2)])
+def test_resets_in_flight_are_bounded_by_max_concurrent_resets(tmp_path, bound, peak):
+    cfg = small_config()
+    cfg = dataclasses.replace(cfg, pipeline=dataclasses.replace(
+        cfg.pipeline, max_concurrent_episodes=6, max_concurrent_resets=bound))
+    env = _SlowResets()
+    ctx = fake_context(tmp_path, cfg, env=env, policy=ScriptedPolicy(TOK, lambda _: WIN))
+    sampling = ctx.sampling(ctx.cfg.sampling.solver, solver=True)
+
+    async def six():
+        return await asyncio.gather(*(run_episode(ctx, IOClock(), toy_task(ctx), None, sampling)
+                                      for _ in range(6)))
+
+    assert all(result.success for result in asyncio.run(six()))
+    assert env.peak == peak
+
+
 def test_max_steps_truncates_and_scores_zero(tmp_path):
     ctx = fake_context(tmp_path, policy=ScriptedPolicy(TOK, lambda _: WANDER))
     result = _play(ctx)

@@ -66,6 +66,11 @@ class PipelineConfig:
     solver_grouping: Literal["task", "step_index"] = "task"
     max_concurrent_episodes: int = bounded(64, ge=1)
     max_concurrent_extractions: int = bounded(32, ge=1)
+    # Env resets in flight at once (0: as many as episodes). A reset's timeout
+    # (clients.env_timeout_s) counts its wait in the env server's queue, and a first reset of a
+    # game is the env's slowest call: 128 episodes resetting at once on one H200 host timed out
+    # 30 of them at 120 s. Bounding the resets makes them wait here instead, untimed. Our switch.
+    max_concurrent_resets: int = bounded(0, ge=0)
     # Text that opens every assistant turn before sampling (prompt side: mask 0, never trained),
     # e.g. "<action>" for the solver or '{"name": "' for the extractor: structured-output
     # scaffolding for small models. The parser sees prefix + sampled text.

@@ -61,6 +61,7 @@ class ConcurrencyLimits:
 
     episodes: asyncio.Semaphore
     extractions: asyncio.Semaphore
+    resets: asyncio.Semaphore  # `pipeline.max_concurrent_resets` (0: as many as episodes)
 
 
 def _audit_config(cfg: Config) -> AuditConfig | None:
@@ -102,8 +103,11 @@ class PipelineContext:
 
     def __post_init__(self) -> None:
         pipeline = self.cfg.pipeline
-        self.limits = ConcurrencyLimits(asyncio.Semaphore(pipeline.max_concurrent_episodes),
-                                        asyncio.Semaphore(pipeline.max_concurrent_extractions))
+        self.limits = ConcurrencyLimits(
+            asyncio.Semaphore(pipeline.max_concurrent_episodes),
+            asyncio.Semaphore(pipeline.max_concurrent_extractions),
+            asyncio.Semaphore(pipeline.max_concurrent_resets
+                              or pipeline.max_concurrent_episodes))
         self.audit = _audit_config(self.cfg)
         self.rewards = reward_settings(self.cfg)
 

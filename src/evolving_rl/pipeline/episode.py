@@ -187,13 +187,20 @@ async def close_episode(ctx: PipelineContext, clock: IOClock, episode_id: str) -
         logger.warning("closing env episode %s failed: %s", episode_id, error)
 
 
+async def reset_env(ctx: PipelineContext, clock: IOClock,
+                    task: TaskSpec) -> tuple[str, Observation]:
+    """Start `task` in the environment, under the context's reset bound; errors propagate."""
+    async with ctx.limits.resets:
+        with clock.wait("env"):
+            return await ctx.adapter.reset(ctx.env, task)
+
+
 async def run_episode(ctx: PipelineContext, clock: IOClock, task: TaskSpec,
                       skill_card: str | None, sampling: SamplingParams) -> EpisodeResult:
     """Play `task` once (with `skill_card` in the system prompt when given)."""
     started = time.perf_counter()
     try:
-        with clock.wait("env"):
-            episode_id, first = await ctx.adapter.reset(ctx.env, task)
+        episode_id, first = await reset_env(ctx, clock, task)
     except ENV_ERRORS as error:
         logger.warning("reset of %s failed: %s", task.id, error)
         result = EpisodeResult(task, None, SampleStatus.ENV_ERROR, "reset_failed", None,

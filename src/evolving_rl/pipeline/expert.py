@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from evolving_rl.domains.base import ExpertDemonstrations, Observation, TaskSpec, Turn
 from evolving_rl.pipeline.context import PipelineContext
-from evolving_rl.pipeline.episode import ENV_ERRORS, close_episode
+from evolving_rl.pipeline.episode import ENV_ERRORS, close_episode, reset_env
 from evolving_rl.pipeline.timing import IOClock
 
 logger = logging.getLogger(__name__)
@@ -55,8 +55,7 @@ async def replay_expert(ctx: PipelineContext, clock: IOClock, expert: ExpertDemo
     """Play `commands` in `task` (rules in the module docstring); None on an env failure."""
     async with ctx.limits.episodes:
         try:
-            with clock.wait("env"):
-                episode_id, first = await ctx.adapter.reset(ctx.env, task)
+            episode_id, first = await reset_env(ctx, clock, task)
         except ENV_ERRORS as error:
             logger.warning("expert replay of %s: reset failed: %s", task.id, error)
             return None
