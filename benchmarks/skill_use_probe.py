@@ -1,8 +1,8 @@
 """Skill-use probe: does a correct skill card move the solver towards the expert's actions?
 
-    PYTHONPATH=. .venv/bin/python -m benchmarks.skill_use_probe [--config configs/local_gpu_qwen.yaml]
-        [--split valid_unseen] [--games 48] [--placements system,task] [--out probe.json]
-        [--set section.key=value ...] [--tiny]
+    PYTHONPATH=. .venv/bin/python -m benchmarks.skill_use_probe
+        [--config configs/local_gpu_qwen.yaml] [--split valid_unseen] [--games 48]
+        [--placements system,task] [--out probe.json] [--set section.key=value ...] [--tiny]
 
 Teacher-forced, no sampling: the planner walkthrough of each of the first `--games` games of
 `--split` is replayed through the real ALFWorld router and workers started here

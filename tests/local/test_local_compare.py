@@ -178,3 +178,25 @@ def test_port_stride_is_the_smallest_that_keeps_blocks_apart(ports, n_runs):
     stride = port_stride(list(ports), n_runs)
     assert stride % PORT_BLOCK == 0 and _disjoint(ports, n_runs, stride)
     assert stride == PORT_BLOCK or not _disjoint(ports, n_runs, stride - PORT_BLOCK)
+
+
+def test_a_launch_archives_the_earlier_run_and_the_job_keeps_its_log(tmp_path, monkeypatch):
+    from evolving_rl.local import compare
+    from evolving_rl.local.job import archive_previous_run
+
+    run_dir = tmp_path / "evolving_seed0"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text("earlier\n")
+    (run_dir / "job.log").write_text("earlier log\n")
+
+    def child(cmd, stdout, **kwargs):  # the job: archives what it finds, then logs
+        archive_previous_run(run_dir)
+        stdout.write("this run\n")
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(compare.subprocess, "run", child)
+    assert compare.launch(compare.PlannedRun("evolving", 0, run_dir, ()), "c.yaml", []) == 0
+    (archive,) = run_dir.glob("previous-*")
+    assert (archive / "metrics.jsonl").read_text() == "earlier\n"
+    assert (archive / "job.log").read_text() == "earlier log\n"
+    assert (run_dir / "job.log").read_text() == "this run\n"

@@ -110,13 +110,15 @@ def launch(run: PlannedRun, config: str, overrides: list[str]) -> int:
     """Run one child job to its end; its stdout and stderr go to `<run>/job.log`. The child
     gets SIGTERM if this process dies first (and its servers with it: `local.job.servers`)."""
     from env.launch import dies_with_parent
+    from evolving_rl.local.job import LAUNCHER_LOG, archive_previous_run
 
     run.run_dir.mkdir(parents=True, exist_ok=True)
+    archive_previous_run(run.run_dir, keep=())  # the earlier run's log too, before ours opens
     cmd = [sys.executable, "-m", "evolving_rl.local", "--config", config]
     for item in (*overrides, *run.overrides):
         cmd += ["--set", item]
     started = time.perf_counter()
-    with open(run.run_dir / "job.log", "w", encoding="utf-8") as log:
+    with open(run.run_dir / LAUNCHER_LOG, "w", encoding="utf-8") as log:
         code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy(),
                               preexec_fn=dies_with_parent(), check=False).returncode
     logger.info("%s seed %d: exit %d after %.1f min", run.method, run.seed, code,
@@ -126,12 +128,14 @@ def launch(run: PlannedRun, config: str, overrides: list[str]) -> int:
 
 def run_all(runs: list[PlannedRun], config: str, overrides: list[str], parallel: int) -> int:
     """Every planned run, `parallel` at a time; the number of runs that failed."""
+    from evolving_rl.local.job import LAUNCHER_LOG
+
     with ThreadPoolExecutor(max_workers=parallel) as pool:
         codes = list(pool.map(lambda run: launch(run, config, overrides), runs))
     for run, code in zip(runs, codes, strict=True):
         if code:
             logger.error("%s seed %d failed (exit %d): see %s", run.method, run.seed, code,
-                         run.run_dir / "job.log")
+                         run.run_dir / LAUNCHER_LOG)
     return sum(1 for code in codes if code)
 
 

@@ -229,14 +229,18 @@ def write_run_config(cfg: Config, run_dir: Path) -> Path:
 
 
 ARCHIVE_PREFIX = "previous"
+# The log a launcher (`local.compare`) writes this run's output to: it archives the earlier run
+# itself before opening the log, so the job leaves it in place.
+LAUNCHER_LOG = "job.log"
 
 
-def archive_previous_run(run_dir: Path) -> Path | None:
-    """Move an earlier run's files (everything in `run_dir` but earlier archives) into a new
-    `<run>/previous-<UTC time>[-n]/`, so a fresh run neither appends to nor overwrites them.
-    The folder is created exclusively: an archive is never written into twice."""
+def archive_previous_run(run_dir: Path, keep: tuple[str, ...] = (LAUNCHER_LOG,)) -> Path | None:
+    """Move an earlier run's files (everything in `run_dir` but earlier archives and `keep`)
+    into a new `<run>/previous-<UTC time>[-n]/`, so a fresh run neither appends to nor
+    overwrites them. The folder is created exclusively: an archive is never written into
+    twice."""
     present = [path for path in sorted(run_dir.iterdir())
-               if not path.name.startswith(ARCHIVE_PREFIX)]
+               if not path.name.startswith(ARCHIVE_PREFIX) and path.name not in keep]
     if not present:
         return None
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
