@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The test command of the README: set up (or reuse) the virtualenv, then run the fast CPU suite.
-# Extra arguments go to pytest (e.g. `-m slow` for the long tests).
+# The test command of the README: set up (or reuse) the virtualenv, then run the CPU suite (what
+# CI runs). Extra arguments go to pytest (e.g. `-m slow` for the long tests). First argument
+# `quick`: the quick tier for the edit-test loop, without the end-to-end modules (tests/conftest.py
+# END_TO_END: real servers, game generation, benchmarks).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -10,4 +12,8 @@ if [ -f slime/slime/utils/types.py ] || [ -n "${EVOLVING_RL_SLIME_PATH:-}" ]; th
     bash scripts/upstream_overlay.sh
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+if [ "${1:-}" = quick ]; then
+    shift
+    set -- -m "not slow and not gpu and not end_to_end" "$@"
+fi
 exec "${VENV:-$ROOT/.venv}/bin/python" -m pytest "$@"

@@ -3,15 +3,24 @@
 `alfworld_data`: a root of generated ALFWorld games with prepared splits. It is
 `data/alfworld_generated` when that dataset is complete (its READY marker), else a small set made
 once by the project's generator (all six task types; every game proven by the planner and replayed
-in the real engine) under `data/test_alfworld/`, which later runs reuse. CI generates it once.
+in the real engine) under `data/test_alfworld/`, which later runs reuse. CI generates it once; a
+file lock keeps concurrent sessions (several on one machine) from generating it at the same time,
+which once left a game's folder empty.
 
 `contract_config` / `retrieval_server` / `real_servers`: a config on free loopback ports over those
 games, the real retrieval server (MiniLM cache built once) and the real ALFWorld router + workers,
 started through their launchers and stopped by them, for the whole session.
+
+The quick tier (`bash scripts/test.sh quick`, for the edit-test loop) leaves out the modules in
+`END_TO_END`, which start real servers, generate and replay games or run benchmarks (on 2 shared
+cores, 2026-12-02: the full suite 1011 s, the quick tier 241 s, 2.4 min of CPU); they carry the
+`end_to_end` marker.
+The full suite (`bash scripts/test.sh`) is what CI runs.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -44,8 +53,11 @@ def alfworld_data() -> Path:
     pytest.importorskip("fast_downward")
     if (GENERATED / "READY").is_file():
         return GENERATED
-    if not (TEST_DATA / "READY").is_file():
-        _generate_test_data(TEST_DATA)
+    TEST_DATA.parent.mkdir(parents=True, exist_ok=True)
+    with open(TEST_DATA.parent / ".test_alfworld.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one generator at a time: concurrent sessions share it
+        if not (TEST_DATA / "READY").is_file():
+            _generate_test_data(TEST_DATA)
     return TEST_DATA
 
 
@@ -82,3 +94,23 @@ def real_servers(retrieval_server):
         yield retrieval_server
     finally:
         alfworld_servers("stop", retrieval_server)
+
+
+END_TO_END = frozenset({
+    "tests/test_benchmarks.py", "tests/evaluate/test_evaluate_web.py",
+    "tests/evaluate/test_evaluate_alfworld.py", "tests/alfworld/test_servers.py",
+    "tests/alfworld/test_generate.py", "tests/alfworld/test_engine.py",
+    "tests/pipeline/test_pipeline_contract.py", "tests/pipeline/test_pipeline_contract_web.py",
+    "tests/pipeline/test_pipeline_expert_real.py", "tests/slime/test_hooks_end_to_end.py",
+    "tests/retrieval/test_retrieval_server.py",
+})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "end_to_end: left out of the quick tier (conftest)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if Path(item.path).relative_to(ROOT).as_posix() in END_TO_END:
+            item.add_marker(pytest.mark.end_to_end)
