@@ -52,7 +52,7 @@ import yaml
 from tqdm import tqdm
 
 from evolving_rl.clients.tokenizer import HFChatTokenizer
-from evolving_rl.config import to_dict
+from evolving_rl.config import ConfigError, to_dict
 from evolving_rl.config.schema import Config
 from evolving_rl.domains.registry import domain_for
 from evolving_rl.local.metrics import MetricsLog, group_variance
@@ -258,14 +258,16 @@ def archive_previous_run(run_dir: Path, keep: tuple[str, ...] = (LAUNCHER_LOG,))
 
 
 def check_sampling(cfg: Config) -> None:
-    """Refuse top-p < 1 for the trained roles (see the module docstring)."""
+    """Refuse top-p < 1 for the trained roles (see the module docstring) with a `ConfigError`
+    naming the key, which the command line turns into exit 2 and its message."""
     for role in ("solver", "extractor"):
         top_p = getattr(cfg.sampling, role).top_p
         if top_p < 1.0:
-            raise ValueError(
-                f"sampling.{role}.top_p is {top_p}: the local backend trains on full-distribution "
-                "log-probs and has no top-p replay, so it needs top_p 1.0 (only the slime path "
-                f"replays the nucleus); set --set sampling.{role}.top_p=1.0")
+            raise ConfigError(
+                f"sampling.{role}.top_p",
+                f"is {top_p}: the local backend trains on full-distribution log-probs and has no "
+                "top-p replay, so it needs top_p 1.0 (only the slime path replays the nucleus); "
+                f"set --set sampling.{role}.top_p=1.0")
 
 
 def run_job(cfg: Config) -> JobResult:
