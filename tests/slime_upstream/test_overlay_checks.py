@@ -1,6 +1,7 @@
 """Runs the checks that import SGLang (tests/slime_upstream/overlay/check_*.py) in a child pytest
 with SGLang's overlay first on the path (tests/slime_upstream/child_pytest.py says why); each
-check module must run whole and pass."""
+check module must run whole and pass. End to end (real servers, Ray, Megatron): not in the quick
+tier (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from tests import upstream
 from tests.slime_upstream import child_pytest
 
 OVERLAY_CHECKS = Path(__file__).resolve().parent / "overlay"
+pytestmark = pytest.mark.end_to_end
 # at least this many tests per module (a module that collects nothing fails)
 MODULES = {"check_launch_args.py": 8, "check_loss.py": 3, "check_rollout_manager.py": 2}
 
