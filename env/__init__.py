@@ -1,4 +1,6 @@
-"""Server processes: ALFWorld router + workers, retrieval server (run from the repository root).
+"""Server processes (run from the repository root): the ALFWorld router + workers (`alfworld`), the
+Mind2Web env server (`mind2web`) and the retrieval server (`retrieval`), all served by
+`http_server` and started by `launch`.
 
 Servers depend on `evolving_rl.config` for their settings and never import the trainer.
 """

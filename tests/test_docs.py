@@ -12,6 +12,13 @@ The README's "## Files" tree names every module: each file under `TREE_ROOTS` (p
 stem as a word (e.g. "grid" in the `src/evolving_rl/core/` entry). Entries are the tree's lines
 indented by 0 or 2 spaces (2: a child of the last 0-indented folder); deeper lines continue the
 entry above.
+
+The design's layer table (docs/design.md §1, rows "| layer | `unit` | owns |") names the code's
+units: every package and module directly under `src/evolving_rl`, and `env/`, is the unit of a
+row, and every unit of a row exists (under `src/evolving_rl`, or `env/` at the root); every
+package nested in a unit is named in that unit's row, by its path inside the unit (`engine/`);
+and the rows of `domains/` and `env/`, where an environment adds its code, name each module
+(`mind2web.py`) and package (`mind2web/`) directly inside them. Names count inside backticks only.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ HEADING = re.compile(r"^#{2,6}\s+(\d+(?:\.\d+)*)[.\s]", re.MULTILINE)
 PRIVATE_NOTE = re.compile(r"\bDESIGN\b")
 TREE_ROOTS = {"src/evolving_rl": ".py", "env": ".py", "benchmarks": ".py", "scripts": ".sh",
               "docs": ".md"}
+LAYER_ROW = re.compile(r"^\|\s*\d+\s*\|\s*`([^`]+)`\s*\|(.*)\|\s*$", re.MULTILINE)
+ENUMERATED_UNITS = ("domains/", "env/")  # rows that name every module and package inside them
 
 
 def scanned_files() -> Iterator[Path]:
@@ -128,3 +137,72 @@ def test_readme_tree_names_every_module() -> None:
             if str(relative.as_posix()) not in entries and not named:
                 missing.append(str(relative))
     assert not missing, "README Files tree does not name:\n" + "\n".join(missing)
+
+
+def layer_rows(design: str) -> dict[str, set[str]]:
+    """Unit -> the backticked names of its row's other cells, from the design's layer table."""
+    return {unit: set(re.findall(r"`([^`]+)`", owns)) for unit, owns in LAYER_ROW.findall(design)}
+
+
+def unit_name(path: Path) -> str:
+    """`name/` for a package folder, the file name for a module."""
+    return f"{path.name}/" if path.is_dir() else path.name
+
+
+def code_children(folder: Path) -> list[Path]:
+    """The packages (folders with an `__init__.py`) and modules directly inside `folder`."""
+    return sorted(path for path in folder.iterdir()
+                  if (path.is_dir() and (path / "__init__.py").is_file())
+                  or (path.suffix == ".py" and path.name != "__init__.py"))
+
+
+def layer_table_problems(design: str, root: Path = ROOT) -> list[str]:
+    """What the layer table misses or names wrongly, against the tree at `root` (module
+    docstring)."""
+    package = root / "src" / "evolving_rl"
+    rows = layer_rows(design)
+    units = {unit_name(path) for path in code_children(package)} | {"env/"}
+    problems = [f"no row for {unit}" for unit in sorted(units - rows.keys())]
+    for unit, named in sorted(rows.items()):
+        folder = root / "env" if unit == "env/" else package / unit
+        if not folder.exists():
+            problems.append(f"row {unit} names nothing that exists")
+        if not folder.is_dir():
+            continue
+        nested = [path for path in folder.rglob("__init__.py") if path.parent != folder]
+        wanted = {f"{path.parent.relative_to(folder).as_posix()}/" for path in nested}
+        if unit in ENUMERATED_UNITS:
+            wanted |= {unit_name(path) for path in code_children(folder)}
+        problems += [f"row {unit} does not name {name}" for name in sorted(wanted - named)]
+    return problems
+
+
+def test_design_layer_table_names_every_package_and_module() -> None:
+    design = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    assert layer_rows(design), "no layer table found in docs/design.md"
+    problems = layer_table_problems(design)
+    assert not problems, "docs/design.md layer table:\n" + "\n".join(problems)
+
+
+def test_the_layer_table_check_catches_what_is_missing() -> None:
+    design = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    no_mind2web = design.replace("(`mind2web.py`", "(mind2web.py").replace("(`mind2web/`)", "")
+    assert {"row domains/ does not name mind2web.py", "row env/ does not name mind2web/"} <= set(
+        layer_table_problems(no_mind2web))
+    no_skills = "\n".join(line for line in design.splitlines() if "| `skills/` |" not in line)
+    assert "no row for skills/" in layer_table_problems(no_skills)
+    stale = design.replace("| `losses.py` |", "| `gone.py` |")
+    assert {"no row for losses.py", "row gone.py names nothing that exists"} <= set(
+        layer_table_problems(stale))
+
+
+def test_the_layer_table_check_wants_nested_packages_in_their_row(tmp_path) -> None:
+    for package in ("src/evolving_rl/local/engine", "src/evolving_rl/local/notices", "env"):
+        (tmp_path / package).mkdir(parents=True)
+    (tmp_path / "src/evolving_rl/local/__init__.py").touch()
+    (tmp_path / "src/evolving_rl/local/engine/__init__.py").touch()
+    (tmp_path / "src/evolving_rl/local/job.py").touch()
+    table = "| 5 | `local/` | The embedded backend: {}. |\n| 3 | `env/` | Servers. |\n"
+    assert layer_table_problems(table.format("the job"), tmp_path) == [
+        "row local/ does not name engine/"]  # notices/ is data: no __init__.py
+    assert layer_table_problems(table.format("the decoder (`engine/`)"), tmp_path) == []
