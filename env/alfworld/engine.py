@@ -2,11 +2,11 @@
 
 Owns loading games in the real TextWorld/ALFWorld engine for a worker process:
 
-- `compile_game` (grammar parse + PDDL→SAS, the ~0.3–1 s of a cold load) runs in a separate
+- `compile_game` (grammar parse + PDDL→SAS, most of a cold load) runs in a separate
   translator process, outside the engine lock and outside this process's GIL, so a cold reset
   never stalls the steps of other episodes; concurrent resets of one game share one translation;
 - translated games are kept in an LRU of `translation_cache_games` entries (0: none kept), so a
-  repeat reset costs a few milliseconds;
+  repeat reset skips the translation;
 - everything that touches the engine (the Fast Downward lib, the grammar) runs under one lock
   per process: the engine is not thread-safe; parallelism comes from running more workers.
 """

@@ -1,14 +1,14 @@
 """Playing ALFWorld games in the real TextWorld PDDL engine, many episodes on one Fast Downward lib.
 
 Owns the engine mechanics below the servers. Stock TextWorld (`PddlEnv`) gives each environment
-its own copy of `libdownward.so` (a 33 MB file copy, ~150 ms, never unloaded: the ~2 MB per
-episode that a plain worker leaks), re-translates PDDL→SAS on every load *and* reset, re-parses the
+its own copy of `libdownward.so` (a file copy per environment, never unloaded: what a plain
+worker leaks per episode), re-translates PDDL→SAS on every load *and* reset, re-parses the
 game grammar on every load, and re-derives every admissible command through the grammar on every
 step. Here:
 
-- one `DownwardLib` per process serves every game: loading a game's SAS is ~0.2 ms, and the lib's
-  state registry lets each episode keep its own state id; when the lib last held another game, the
-  episode's operator history is replayed (C calls, well under a millisecond);
+- one `DownwardLib` per process serves every game: a reset loads the game's SAS into it, and the
+  lib's state registry lets each episode keep its own state id; when the lib last held another
+  game, the episode's operator history is replayed (C calls only);
 - a `GameRuntime` (built from a `CompiledGame`, see `translation`) holds the per-game grammar,
   initial facts and names, and memoises the text of each operator's command — exact because the
   command templates only read static predicates (checked at compile time, else derived each step);

@@ -3,7 +3,7 @@
 Owns `compile_game`, which a worker runs in its translator process (so a cold reset never holds
 the worker's engine lock or its GIL), and `CompiledGame`, the plain picklable result that the
 worker caches per game. Stock TextWorld pays this on every load and reset: the game grammar parse
-(tatsu, ~0.35 s) once per load and the translation twice per load and twice per reset (a plain and
+(tatsu) once per load and the translation twice per load and twice per reset (a plain and
 an optimised one for re-planning, which a server never asks for).
 
 Fast Downward's translator is not thread-safe: it rewrites `sys.argv`, its global `options` and

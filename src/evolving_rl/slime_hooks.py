@@ -45,9 +45,9 @@ function is named too: slime defaults `--eval-function-path` to the rollout func
     SLIME_CONTRACT_CUSTOM_CONVERT_SAMPLES_TO_TRAIN_DATA_PATH=$M.convert_samples_to_train_data \
     python -m pytest tests/plugin_contracts
 
-Result: 31 passed, 5 failed (36 tests). Each failure, and why it is only the probe's synthetic
-assumption, is recorded in tests/slime/test_hook_contracts.py;
-tests/slime_upstream/test_plugin_contracts.py runs them so on every commit.
+The tests that fail, and why each is only the probe's synthetic assumption, are recorded in
+tests/slime/test_hook_contracts.py; tests/slime_upstream/test_plugin_contracts.py runs them so on
+every commit; docs/design.md §5.5 has the counts.
 """
 
 from __future__ import annotations
