@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from evolving_rl.config import Config, ConfigError, load_config, parse_config, to_dict
+from evolving_rl.config.schema import RewardConfig
 from evolving_rl.core.audit import AuditConfig
+from evolving_rl.core.rewards import RewardSettings
+from evolving_rl.core.roles import RoleWeights
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = sorted((ROOT / "configs").glob("*.yaml"))
@@ -131,21 +135,45 @@ def test_config_is_frozen() -> None:
         cfg.pipeline.n_skills = 3  # type: ignore[misc]
 
 
-def _audit_config(cfg: Config) -> AuditConfig:
-    return AuditConfig(**{k: v for k, v in vars(cfg.audit).items() if k != "enabled"})
-
-
-def test_audit_settings_mirror_the_core_defaults() -> None:
+def test_the_audit_section_is_the_core_audit_config() -> None:
     cfg = parse_config({})
+    assert isinstance(cfg.audit, AuditConfig)
     assert cfg.audit.enabled and not cfg.audit.ngram_check
-    assert _audit_config(cfg) == AuditConfig()
+    core = [f.name for f in dataclasses.fields(AuditConfig)]
+    assert [f.name for f in dataclasses.fields(cfg.audit)] == [*core, "enabled"]
+    assert [getattr(cfg.audit, name) for name in core] == [
+        getattr(AuditConfig(), name) for name in core]
 
 
 def test_audit_settings_reach_the_core_config() -> None:
     cfg = parse_config({"audit": {"max_char_run": 5, "min_line_share": 0.25,
                                   "ngram_check": True, "min_unique_ngram_ratio": 0.5}})
-    assert _audit_config(cfg) == AuditConfig(max_char_run=5, min_line_share=0.25,
-                                             ngram_check=True, min_unique_ngram_ratio=0.5)
+    expected = AuditConfig(max_char_run=5, min_line_share=0.25, ngram_check=True,
+                           min_unique_ngram_ratio=0.5)
+    assert all(getattr(cfg.audit, f.name) == getattr(expected, f.name)
+               for f in dataclasses.fields(AuditConfig))
+
+
+@pytest.mark.parametrize(("name", "owner", "core_name"), [
+    ("format_penalty", RewardSettings, "format_penalty"),
+    ("audit_penalty", RewardSettings, "audit_penalty"),
+    ("invalid_action_penalty", RewardSettings, "invalid_action_penalty"),
+    ("advantage_eps", RewardSettings, "advantage_eps"),
+    ("drop_zero_variance_groups", RewardSettings, "drop_zero_variance_groups"),
+    ("solver_weight", RoleWeights, "solver"),
+    ("extractor_weight", RoleWeights, "extractor"),
+])
+def test_reward_fields_take_the_core_default_and_bounds(name, owner, core_name) -> None:
+    schema = {f.name: f for f in dataclasses.fields(RewardConfig)}
+    core = {f.name: f for f in dataclasses.fields(owner)}[core_name]
+    assert (schema[name].default, dict(schema[name].metadata)) == (
+        core.default, dict(core.metadata))
+
+
+def test_every_reward_field_is_a_core_one() -> None:
+    core = {f.name for f in dataclasses.fields(RewardSettings)} - {"role_weights"}
+    assert {f.name for f in dataclasses.fields(RewardConfig)} == core | {
+        "solver_weight", "extractor_weight"}
 
 
 def test_method_and_tensorboard_switches() -> None:

@@ -3,17 +3,19 @@ the loader refuses it (a key that is not in the schema is a load error).
 
 The rule. Sources: every `*.py` and `*.sh` under src/, env/, benchmarks/ and scripts/, except
 `src/evolving_rl/config/` (the schema validating itself is no use). A leaf field `Owner.name`
-(a field whose type is not a dataclass; `Owner` the dataclass that declares it) is read where a
-source file
+(a field whose type is not a dataclass; `Owner` the dataclass that declares it: for a section
+that inherits a core settings type, that type, e.g. `AuditConfig.max_char_run` of `audit`) is
+read where a source file
   - in Python, loads the attribute `.name` (`ast.Attribute` in a load context) or calls
     `getattr(obj, "name", ...)` with that constant string;
   - in shell, has `.name` on a line that is not a comment (`load_config(...).alfworld.data_root`
     inside `python -c`).
 Setting a key (`--set alfworld.n_workers=4`, a dict handed to `parse_config`) is not a read:
 a key that is only ever set is exactly the silently ignored kind this test is for.
-When several schema dataclasses have a field of that name (`host`: ALFWorld, Mind2Web,
-retrieval), a read counts for `Owner` only in a file that also names `Owner` or an attribute
-holding it (`Mind2WebConfig` or `.mind2web`), so one section's use does not vouch for another's.
+When several owners have a field of that name (`host`: ALFWorld, Mind2Web, retrieval), a read
+counts for `Owner` only in a file that also names `Owner`, a schema class inheriting it, or an
+attribute holding one of them (`Mind2WebConfig` or `.mind2web`; `AuditConfig`, `AuditSettings`
+or `.audit`), so one section's use does not vouch for another's.
 The rule is by name, not by type: it can only miss an unused field whose name is read for some
 other purpose in a file that also names the field's section.
 """
@@ -67,22 +69,35 @@ def schema_classes(cls: type = Config) -> Iterator[type]:
     yield from seen
 
 
+def declaring_owner(cls: type, name: str) -> type:
+    """The class of `cls`'s MRO whose own body declares field `name`."""
+    return next(owner for owner in cls.__mro__ if name in vars(owner).get("__annotations__", {}))
+
+
 def leaf_fields(classes: list[type]) -> list[Field]:
-    leaves = []
+    """Every leaf field once, by its declaring owner (module docstring)."""
+    leaves: dict[Field, None] = {}
     for cls in classes:
         hints = typing.get_type_hints(cls)
-        leaves += [Field(cls, f.name) for f in dataclasses.fields(cls)
-                   if not dataclasses.is_dataclass(hints[f.name])]
-    return leaves
+        leaves.update((Field(declaring_owner(cls, f.name), f.name), None)
+                      for f in dataclasses.fields(cls)
+                      if not dataclasses.is_dataclass(hints[f.name]))
+    return list(leaves)
 
 
 def holders(classes: list[type]) -> dict[type, set[str]]:
-    """Each dataclass's name and the names of the fields that hold it."""
-    held: dict[type, set[str]] = {cls: {cls.__name__} for cls in classes}
+    """Each dataclass's name and the names of the fields that hold it; an inherited core type
+    also gets the names of the schema classes that inherit it and of the fields holding those."""
+    held: dict[type, set[str]] = defaultdict(set)
     for cls in classes:
+        held[cls].add(cls.__name__)
         for name, tp in typing.get_type_hints(cls).items():
             if dataclasses.is_dataclass(tp):
                 held[tp].add(name)
+    for cls in classes:
+        for base in cls.__mro__[1:]:
+            if dataclasses.is_dataclass(base):
+                held[base] |= {base.__name__} | held[cls]
     return held
 
 
@@ -129,7 +144,7 @@ def unread_fields(classes: list[type], sources: list[SourceFile]) -> list[str]:
     owners_by_name: dict[str, set[type]] = defaultdict(set)
     for cls in classes:
         for f in dataclasses.fields(cls):
-            owners_by_name[f.name].add(cls)
+            owners_by_name[f.name].add(declaring_owner(cls, f.name))
     held = holders(classes)
     unread = []
     for leaf in leaf_fields(classes):
@@ -148,7 +163,12 @@ def test_every_schema_field_is_read_outside_config() -> None:
 
 
 @dataclass(frozen=True)
-class _ProbeSection:
+class _ProbeCoreSettings:
+    inherited_never_read: int = 0
+
+
+@dataclass(frozen=True)
+class _ProbeSection(_ProbeCoreSettings):
     host: str = ""
     never_read_anywhere: int = 0
 
@@ -160,7 +180,15 @@ class _ProbeRoot:
 
 
 def test_the_rule_finds_an_unread_field() -> None:
-    """A field nobody reads is found, and so is one whose name only another section reads."""
+    """A field nobody reads is found, so is one whose name only another section reads, and an
+    inherited one under the type that declares it."""
     unread = unread_fields(list(schema_classes(_ProbeRoot)), source_files())
-    assert {label for label in unread if label.startswith("_ProbeSection.")} == {
-        "_ProbeSection.host", "_ProbeSection.never_read_anywhere"}
+    assert {label for label in unread if label.startswith("_Probe")} == {
+        "_ProbeSection.host", "_ProbeSection.never_read_anywhere",
+        "_ProbeCoreSettings.inherited_never_read"}
+
+
+def test_the_audit_section_is_checked_by_its_core_owner() -> None:
+    labels = {leaf.label for leaf in leaf_fields(list(schema_classes()))}
+    assert {"AuditConfig.max_char_run", "AuditSettings.enabled"} <= labels
+    assert "AuditSettings.max_char_run" not in labels

@@ -2,8 +2,9 @@
 
 Owns the generic part of configuration loading: unknown keys, wrong types and out-of-range
 values raise `ConfigError` naming the dotted key and the source file. Range checks are declared
-on dataclass fields with `bounded(...)` metadata; cross-field checks live in `validate()`
-methods of the dataclasses themselves.
+on dataclass fields with `evolving_rl.core.bounds.bounded(...)` metadata; cross-field checks live
+in `validate()` methods of the dataclasses themselves, or, for a core settings type the schema
+embeds, in its `__post_init__`, whose `FieldError` is reported under that field's key.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import types
 import typing
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union
+
+from evolving_rl.core.bounds import BOUNDS, FieldError, bound_violation
 
 T = TypeVar("T")
 
@@ -29,22 +32,10 @@ class ConfigError(ValueError):
         self.source = str(source) if source else None
 
 
-def bounded(default: Any, *, ge: float | None = None, gt: float | None = None,
-            le: float | None = None, lt: float | None = None) -> Any:
-    """A dataclass field with a default and numeric bounds checked at load."""
-    bounds = {k: v for k, v in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt)) if v is not None}
-    return dataclasses.field(default=default, metadata={"bounds": bounds})
-
-
-_OPS = {"ge": (lambda v, b: v >= b, ">="), "gt": (lambda v, b: v > b, ">"),
-        "le": (lambda v, b: v <= b, "<="), "lt": (lambda v, b: v < b, "<")}
-
-
 def _check_bounds(key: str, value: Any, bounds: dict[str, float]) -> None:
-    for name, bound in bounds.items():
-        check, symbol = _OPS[name]
-        if not check(value, bound):
-            raise ConfigError(key, f"must be {symbol} {bound}, got {value!r}")
+    message = bound_violation(value, bounds)
+    if message:
+        raise ConfigError(key, message)
 
 
 def _type_name(tp: Any) -> str:
@@ -115,13 +106,13 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
     for name, value in data.items():
         key = f"{prefix}.{name}" if prefix else name
         kwargs[name] = _coerce(key, value, hints[name])
-        bounds = fields[name].metadata.get("bounds")
-        if bounds:
-            _check_bounds(key, kwargs[name], bounds)
+        _check_bounds(key, kwargs[name], fields[name].metadata.get(BOUNDS, {}))
     try:
         obj = cls(**kwargs)
     except TypeError as err:
         raise ConfigError(where, str(err)) from None
+    except FieldError as err:  # a core settings type's own check (module docstring)
+        raise ConfigError(f"{prefix}.{err.field}" if prefix else err.field, err.message) from None
     validate = getattr(obj, "validate", None)
     if callable(validate):
         try:

@@ -1,17 +1,31 @@
 """The typed configuration schema: every size, weight, address and path the project uses.
 
 Defaults are the reference ALFWorld hyper-parameters (docs/fidelity.md). Each YAML file in
-`configs/` overrides some of them; `load_config` validates the result at start.
+`configs/` overrides some of them; `load_config` validates the result at start. Settings that a
+core type owns are declared there once: the `audit` section is `core.audit.AuditConfig` (plus
+`enabled`), and each `rewards` field takes its default and bounds from its `core.rewards`
+`RewardSettings` or `core.roles.RoleWeights` field (`core_field`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-from evolving_rl.config.loader import ConfigError, bounded
+from evolving_rl.config.loader import ConfigError
+from evolving_rl.core.audit import AuditConfig
+from evolving_rl.core.bounds import bounded
+from evolving_rl.core.rewards import RewardSettings
+from evolving_rl.core.roles import RoleWeights
 
 LOOPBACK = "127.0.0.1"
+
+
+def core_field(owner: type, name: str) -> Any:
+    """A schema field with the default and bounds of core settings field `owner.name`."""
+    declared = {f.name: f for f in dataclasses.fields(owner)}[name]
+    return field(default=declared.default, metadata=declared.metadata)
 
 #: The six ALFWorld task types (ALFRED's names; env/alfworld/prepare.py TASK_TYPES, test-checked).
 AlfworldTaskType = Literal[
@@ -99,17 +113,18 @@ class PipelineConfig:
 
 @dataclass(frozen=True)
 class RewardConfig:
-    """Reward shaping, GRPO normalisation and role weights."""
+    """Reward shaping, GRPO normalisation and role weights: `core.rewards.RewardSettings` with
+    the role weights flat (`pipeline.context.reward_settings` builds one from this)."""
 
-    format_penalty: float = bounded(0.1, ge=0.0)
-    audit_penalty: float = bounded(0.0, ge=0.0)
+    format_penalty: float = core_field(RewardSettings, "format_penalty")
+    audit_penalty: float = core_field(RewardSettings, "audit_penalty")
     # Solver reward = success - invalid_action_penalty * (inadmissible actions / actions); 0 is
     # the reference's outcome-only reward (`core.rewards.solver_reward`).
-    invalid_action_penalty: float = bounded(0.0, ge=0.0)
-    extractor_weight: float = bounded(0.2, ge=0.0)
-    solver_weight: float = bounded(1.0, ge=0.0)
-    advantage_eps: float = bounded(1e-6, gt=0.0)
-    drop_zero_variance_groups: bool = False
+    invalid_action_penalty: float = core_field(RewardSettings, "invalid_action_penalty")
+    extractor_weight: float = core_field(RoleWeights, "extractor")
+    solver_weight: float = core_field(RoleWeights, "solver")
+    advantage_eps: float = core_field(RewardSettings, "advantage_eps")
+    drop_zero_variance_groups: bool = core_field(RewardSettings, "drop_zero_variance_groups")
 
 
 @dataclass(frozen=True)
@@ -143,29 +158,12 @@ class LossConfig:
 
 
 @dataclass(frozen=True)
-class AuditSettings:
-    """Rule-based language audit of extracted skills: every field but `enabled` is the
-    `core.audit.AuditConfig` field of that name (the reference's rules and values; the n-gram
-    rule is ours and off unless `ngram_check`)."""
+class AuditSettings(AuditConfig):
+    """Rule-based language audit of extracted skills: `core.audit.AuditConfig`, whose fields,
+    defaults and bounds are the reference's rules and values (the n-gram rule is ours and off
+    unless `ngram_check`), and `enabled`."""
 
     enabled: bool = True
-    max_char_run: int = bounded(8, ge=2)
-    max_token_run: int = bounded(8, ge=2)
-    min_chunk_tokens: int = bounded(2, ge=1)
-    max_chunk_tokens: int = bounded(4, ge=1)
-    min_chunk_chars: int = bounded(8, ge=0)
-    min_chunk_repeats: int = bounded(4, ge=2)
-    min_line_repeats: int = bounded(3, ge=2)
-    min_line_share: float = bounded(0.5, ge=0.0, le=1.0)
-    min_line_chars: int = bounded(12, ge=0)
-    ngram_check: bool = False
-    ngram_size: int = bounded(4, ge=1)
-    min_words_for_ngram_check: int = bounded(40, ge=0)
-    min_unique_ngram_ratio: float = bounded(0.3, ge=0.0, le=1.0)
-
-    def validate(self) -> None:
-        if self.max_chunk_tokens < self.min_chunk_tokens:
-            raise ConfigError("max_chunk_tokens", "must be >= min_chunk_tokens")
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from evolving_rl.core.bounds import FieldError, bounded, check_bounds
 from evolving_rl.core.strenum import StrEnum
 
 SUSPICIOUS_NAME_KEYWORDS = (
@@ -78,40 +79,28 @@ class AuditConfig:
 
     The names follow the reference's constants (ref:35-39): a rule fires once a run reaches its
     `max_*` length or a count or share reaches its `min_*` value (`max_char_run=8`: 8 fail).
+    Each default and bound is declared here only: the config's `audit` section is this type
+    (`config.schema.AuditSettings`).
     """
 
-    max_char_run: int = 8
-    max_token_run: int = 8
-    min_chunk_tokens: int = 2
-    max_chunk_tokens: int = 4
-    min_chunk_chars: int = 8
-    min_chunk_repeats: int = 4
-    min_line_repeats: int = 3
-    min_line_share: float = 0.5
-    min_line_chars: int = 12
+    max_char_run: int = bounded(8, ge=2)
+    max_token_run: int = bounded(8, ge=2)
+    min_chunk_tokens: int = bounded(2, ge=1)
+    max_chunk_tokens: int = bounded(4, ge=1)
+    min_chunk_chars: int = bounded(8, ge=0)
+    min_chunk_repeats: int = bounded(4, ge=2)
+    min_line_repeats: int = bounded(3, ge=2)
+    min_line_share: float = bounded(0.5, ge=0.0, le=1.0)
+    min_line_chars: int = bounded(12, ge=0)
     ngram_check: bool = False
-    ngram_size: int = 4
-    min_words_for_ngram_check: int = 40
-    min_unique_ngram_ratio: float = 0.3
+    ngram_size: int = bounded(4, ge=1)
+    min_words_for_ngram_check: int = bounded(40, ge=0)
+    min_unique_ngram_ratio: float = bounded(0.3, ge=0.0, le=1.0)
 
     def __post_init__(self) -> None:
-        minimums = {
-            2: ("max_char_run", "max_token_run", "min_chunk_repeats", "min_line_repeats"),
-            1: ("min_chunk_tokens", "ngram_size"),
-            0: ("min_chunk_chars", "min_line_chars", "min_words_for_ngram_check"),
-        }
-        for minimum, names in minimums.items():
-            for name in names:
-                if getattr(self, name) < minimum:
-                    raise ValueError(f"{name} must be >= {minimum}, got {getattr(self, name)}")
+        check_bounds(self)
         if self.max_chunk_tokens < self.min_chunk_tokens:
-            raise ValueError(
-                f"max_chunk_tokens ({self.max_chunk_tokens}) must be >= min_chunk_tokens "
-                f"({self.min_chunk_tokens})"
-            )
-        for name in ("min_line_share", "min_unique_ngram_ratio"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+            raise FieldError("max_chunk_tokens", "must be >= min_chunk_tokens")
 
 
 @dataclass(frozen=True)

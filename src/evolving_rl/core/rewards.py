@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from evolving_rl.core.bounds import FieldError, bounded, check_bounds
 from evolving_rl.core.grpo import DEFAULT_EPS
 from evolving_rl.core.roles import RoleWeights
 from evolving_rl.core.strenum import StrEnum
@@ -39,22 +40,24 @@ class RewardSettings:
 
     Penalties are magnitudes (>= 0); a penalised reward is 0.0 minus the penalty (never -0.0).
     `advantage_eps` and `drop_zero_variance_groups` are `core.grpo.group_advantages`' `eps` and
-    `drop_zero_variance`; `role_weights` scale the advantages after normalisation.
+    `drop_zero_variance`; `role_weights` scale the advantages after normalisation. Each default
+    and bound is declared here (and in `RoleWeights`) only: the config's `rewards` section takes
+    its own from them (`config.schema.RewardConfig`).
     """
 
-    format_penalty: float = 0.1
-    audit_penalty: float = 0.0
-    invalid_action_penalty: float = 0.0
-    advantage_eps: float = DEFAULT_EPS
+    format_penalty: float = bounded(0.1, ge=0.0)
+    audit_penalty: float = bounded(0.0, ge=0.0)
+    invalid_action_penalty: float = bounded(0.0, ge=0.0)
+    advantage_eps: float = bounded(DEFAULT_EPS, gt=0.0)
     drop_zero_variance_groups: bool = False
     role_weights: RoleWeights = field(default_factory=RoleWeights)
 
     def __post_init__(self) -> None:
+        check_bounds(self)
         for name in ("format_penalty", "audit_penalty", "invalid_action_penalty",
                      "advantage_eps"):
-            value = getattr(self, name)
-            if not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name} must be finite and >= 0, got {value}")
+            if not math.isfinite(getattr(self, name)):
+                raise FieldError(name, f"must be finite, got {getattr(self, name)}")
 
 
 def _check_score(score: float) -> None:

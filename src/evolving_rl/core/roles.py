@@ -8,6 +8,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from evolving_rl.core.bounds import FieldError, bounded, check_bounds
 from evolving_rl.core.strenum import StrEnum
 
 
@@ -20,14 +21,14 @@ class Role(StrEnum):
 class RoleWeights:
     """Multipliers applied to GRPO advantages by role (after group normalisation)."""
 
-    solver: float = 1.0
-    extractor: float = 0.2
+    solver: float = bounded(1.0, ge=0.0)
+    extractor: float = bounded(0.2, ge=0.0)
 
     def __post_init__(self) -> None:
+        check_bounds(self)
         for name in ("solver", "extractor"):
-            value = getattr(self, name)
-            if not math.isfinite(value) or value < 0:
-                raise ValueError(f"role weight {name} must be finite and >= 0, got {value}")
+            if not math.isfinite(getattr(self, name)):
+                raise FieldError(name, f"must be finite, got {getattr(self, name)}")
 
     def weight(self, role: Role) -> float:
         return self.solver if role is Role.SOLVER else self.extractor

@@ -65,11 +65,8 @@ class ConcurrencyLimits:
 
 
 def _audit_config(cfg: Config) -> AuditConfig | None:
-    """The core's audit settings (every `audit` key but `enabled`); None: the audit is disabled."""
-    if not cfg.audit.enabled:
-        return None
-    return AuditConfig(**{name: value for name, value in vars(cfg.audit).items()
-                          if name != "enabled"})
+    """The audit settings (config `audit` is a core `AuditConfig`); None: the audit is disabled."""
+    return cfg.audit if cfg.audit.enabled else None
 
 
 def reward_settings(cfg: Config) -> RewardSettings:
