@@ -125,9 +125,11 @@ class Scorer:
         keep = width - len(context) + 1  # the output layer over the replies' positions only
         logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
                             logits_to_keep=keep).logits.float()
-        logp = torch.log_softmax(logits[:, :-1], dim=-1).cpu()
-        return [sum(logp[row, i, token].item() for i, token in enumerate(candidate))
-                for row, candidate in enumerate(candidates)]
+        logp = torch.log_softmax(logits[:, :-1], dim=-1)
+        targets = ids[:, len(context):].to(self.device)  # each position's next reply token
+        picked = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1).cpu()
+        return [float(picked[row, :len(candidate)].sum()) for row, candidate in
+                enumerate(candidates)]
 
 
 def score_demo(scorer: Scorer, adapter: AlfworldAdapter, demo: Demo,
