@@ -181,7 +181,7 @@ async def _evaluate(ctx: PipelineContext, models: Models, cfg: Config, log: Metr
 async def _train_step(ctx: PipelineContext, models: Models, cfg: Config, log: MetricsLog,
                       rows: list[dict[str, Any]]) -> dict[str, Any]:
     step = models.trainer.step_count + 1
-    outcome = await run_training_rollout(ctx, rows, rollout_id=step)
+    outcome = await run_training_rollout(ctx, rows, rollout_id=step, progress=True)
     generation = models.policy.take_stats()
     trained = await asyncio.to_thread(models.trainer.step, outcome.samples)
     models.policy.weights_changed()

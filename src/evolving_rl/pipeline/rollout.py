@@ -17,9 +17,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from tqdm import tqdm
 
 from evolving_rl.clients.http import ServerError, TransportError
 from evolving_rl.clients.policy import SamplingParams
@@ -33,6 +35,7 @@ from evolving_rl.pipeline.context import PipelineContext
 from evolving_rl.pipeline.episode import play
 from evolving_rl.pipeline.extraction import extract_skills
 from evolving_rl.pipeline.metrics import StageTimes, baseline_metrics, rollout_metrics
+from evolving_rl.pipeline.progress import live_bar
 from evolving_rl.pipeline.timing import IOClock
 from evolving_rl.pipeline.units import Retrieved, SourceUnit
 
@@ -101,12 +104,19 @@ async def _run_source(ctx: PipelineContext, clock: IOClock, grid: Grid, position
     return unit
 
 
+async def _counted(bar: tqdm, work: Awaitable[SourceUnit]) -> SourceUnit:
+    unit = await work
+    bar.update(1)
+    return unit
+
+
 async def _evolving(ctx: PipelineContext, clock: IOClock, grid: Grid, tasks: list[TaskSpec],
-                    tag: str, started: float) -> tuple[Assembled, dict[str, float]]:
+                    tag: str, started: float, bar: tqdm) -> tuple[Assembled, dict[str, float]]:
     retrieval = asyncio.ensure_future(retrieve(ctx, clock, tasks, grid.top_k))
     try:
         units = list(await asyncio.gather(
-            *(_run_source(ctx, clock, grid, i, task, retrieval) for i, task in enumerate(tasks))))
+            *(_counted(bar, _run_source(ctx, clock, grid, i, task, retrieval))
+              for i, task in enumerate(tasks))))
         retrieved = await retrieval
     finally:
         retrieval.cancel()
@@ -118,22 +128,27 @@ async def _evolving(ctx: PipelineContext, clock: IOClock, grid: Grid, tasks: lis
 
 
 async def run_training_rollout(ctx: PipelineContext, rows: Sequence[Mapping[str, Any]], *,
-                               rollout_id: int | str | None = None) -> RolloutOutcome:
+                               rollout_id: int | str | None = None,
+                               progress: bool = False) -> RolloutOutcome:
     """Run the four stages for every prepared row in `rows` (the batch's source tasks), or under
-    `pipeline.method: grpo_baseline` the plain GRPO baseline (`baseline`)."""
+    `pipeline.method: grpo_baseline` the plain GRPO baseline (`baseline`); `progress`: a bar
+    per finished source task, with the model replies and env calls so far (`live_bar`)."""
     started = time.perf_counter()
     clock = IOClock()
     tag = str(rollout_id) if rollout_id is not None else time.strftime("%Y%m%dT%H%M%S")
     pipeline = ctx.cfg.pipeline
     grid = Grid(pipeline.n_skills, pipeline.top_k, pipeline.n_repeats)
     tasks = [ctx.adapter.task_from_row(row) for row in rows]
-    if pipeline.method == "grpo_baseline":
-        assembled, results = await play_baseline(ctx, clock, tasks,
-                                                 grid.solver_episodes_per_source, tag)
-        metrics = baseline_metrics(len(tasks), results, assembled, clock,
-                                   time.perf_counter() - started)
-    else:
-        assembled, metrics = await _evolving(ctx, clock, grid, tasks, tag, started)
+    async with live_bar(clock, total=len(tasks), done=0, desc=f"rollout {tag}",
+                        unit="source task", enabled=progress) as bar:
+        if pipeline.method == "grpo_baseline":
+            assembled, results = await play_baseline(ctx, clock, tasks,
+                                                     grid.solver_episodes_per_source, tag)
+            bar.update(len(tasks))
+            metrics = baseline_metrics(len(tasks), results, assembled, clock,
+                                       time.perf_counter() - started)
+        else:
+            assembled, metrics = await _evolving(ctx, clock, grid, tasks, tag, started, bar)
     logger.info("rollout %s (%s): %d samples from %d source tasks in %.1fs", tag,
                 pipeline.method, len(assembled.samples), len(tasks),
                 time.perf_counter() - started)
