@@ -115,19 +115,23 @@ class Scorer:
 
     @torch.no_grad()
     def log_probs(self, context: list[int], candidates: list[list[int]]) -> list[float]:
-        width = len(context) + max(len(c) for c in candidates)
+        """The context once (its KV cache repeated over the candidates), then every candidate
+        right-padded in one batch; each candidate's summed token log-probs."""
+        device = self.device
+        prefix = self.model(input_ids=torch.tensor([context], device=device), use_cache=True)
+        cache = prefix.past_key_values
+        cache.batch_repeat_interleave(len(candidates))
+        width = max(len(c) for c in candidates)
         ids = torch.zeros((len(candidates), width), dtype=torch.long)
-        mask = torch.zeros_like(ids)
         for row, candidate in enumerate(candidates):
-            sequence = context + candidate
-            ids[row, :len(sequence)] = torch.tensor(sequence)
-            mask[row, :len(sequence)] = 1
-        keep = width - len(context) + 1  # the output layer over the replies' positions only
-        logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                            logits_to_keep=keep).logits.float()
-        logp = torch.log_softmax(logits[:, :-1], dim=-1)
-        targets = ids[:, len(context):].to(self.device)  # each position's next reply token
-        picked = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1).cpu()
+            ids[row, :len(candidate)] = torch.tensor(candidate)
+        mask = torch.ones((len(candidates), len(context) + width), dtype=torch.long)
+        positions = torch.arange(len(context), len(context) + width).expand(len(candidates), -1)
+        logits = self.model(input_ids=ids.to(device), attention_mask=mask.to(device),
+                            position_ids=positions.to(device), past_key_values=cache).logits
+        first = prefix.logits[:, -1:].expand(len(candidates), -1, -1)  # predicts token 0
+        logp = torch.log_softmax(torch.cat([first, logits[:, :-1]], dim=1).float(), dim=-1)
+        picked = logp.gather(-1, ids.to(device).unsqueeze(-1)).squeeze(-1).cpu()
         return [float(picked[row, :len(candidate)].sum()) for row, candidate in
                 enumerate(candidates)]
 
