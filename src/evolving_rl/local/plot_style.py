@@ -43,7 +43,7 @@ def colour(name: str) -> str | None:
 def line_style(index: int) -> dict[str, Any]:
     """Marker and dash of the `index`-th line of a panel (hollow markers show what is below)."""
     return {"marker": MARKERS[index % len(MARKERS)], "linestyle": DASHES[index % len(DASHES)],
-            "markerfacecolor": "none", "markersize": 7 - index % 2}
+            "markerfacecolor": "none", "markersize": 9 - 4 * (index % 2)}  # nested, not hidden
 
 
 def rate_axis(ax: Any, percent_values: bool = False) -> None:
@@ -55,9 +55,13 @@ def rate_axis(ax: Any, percent_values: bool = False) -> None:
     ax.set_yticks([top * f for f in (0, 0.25, 0.5, 0.75, 1.0)])
 
 
-def step_axis(ax: Any) -> None:
+def step_axis(ax: Any, steps: Sequence[int] = ()) -> None:
+    """An x-axis of whole training steps, half a step of room either side (one step included)."""
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    if steps:
+        ax.set_xlim(min(steps) - 0.5, max(steps) + 0.5)
     ax.set_xlabel("training step")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.margins(y=0.1)
     ax.grid(alpha=0.3)
 
 

@@ -30,7 +30,7 @@ def _series(ax: Any, train: Sequence[Mapping[str, Any]],
             ax.plot(steps, [float("nan") if v is None else v for v in values], label=label,
                     color=style.colour(label), **style.line_style(index))
     ax.set_title(title)
-    style.step_axis(ax)
+    style.step_axis(ax, steps)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
 
