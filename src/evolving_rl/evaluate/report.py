@@ -146,8 +146,9 @@ def _chart(path: Path, split: str, split_results: Mapping[str, Mapping[str, floa
     ax.set_xticks(range(len(types)), types, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("success")
     rate_axis(ax)
-    ax.set_title(f"{split}: success per task type\n({protocol} protocol, "
-                 f"{metrics.get('eval/cases', 0):.0f} cases)", fontsize=10)
+    cases = int(metrics.get("eval/cases", 0))
+    ax.set_title(f"{split}: success per task type\n({protocol} protocol, {cases} "
+                 f"case{'' if cases == 1 else 's'})", fontsize=10)
     bar_legend(ax)
     save(fig, path)
 
