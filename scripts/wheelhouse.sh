@@ -256,4 +256,4 @@ main() {
         "in $DEST"
 }
 
-main "$@"
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then main "$@"; fi  # sourced (the tests): functions only

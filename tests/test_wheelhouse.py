@@ -1,9 +1,10 @@
 """scripts/wheelhouse.sh and the offline path of scripts/setup_env.sh.
 
 The fast tests check the scripts' syntax and their answers to bad arguments (exit 2, a message
-naming the mistake) and to a missing target interpreter (exit 1, nothing written). The slow test
-builds a wheelhouse of the env stack for this interpreter's Python version, checks that the
-sdist-only wheels were stripped with a correct RECORD, that a second run does nothing, then
+naming the mistake) and to a missing target interpreter (exit 1, nothing written), and how the
+wheelhouse reads pip's resolution: only the wheels it built itself are taken as they are. The
+slow test builds a wheelhouse of the env stack for this interpreter's Python version, checks that
+the sdist-only wheels were stripped with a correct RECORD, that a second run does nothing, then
 installs the project from it into a fresh venv through setup_env.sh with no index, no pip config
 and (where `unshare -n` works) no network, and generates one ALFWorld game per task type with the
 installed engine.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import logging
 import os
 import subprocess
@@ -68,6 +70,26 @@ def test_wheelhouse_missing_interpreter(tmp_path):
     assert result.returncode == 1
     assert "no Python 3.99 interpreter" in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_wheelhouse_takes_only_its_own_builds_as_built(tmp_path):
+    built = tmp_path / "build dir" / "built"
+    built.mkdir(parents=True)
+    report = tmp_path / "report.json"
+    urls = {"jericho": (built / "jericho-3.3.1-py3-none-any.whl").as_uri(),
+            "psutil": "file:///opt/wheels/psutil-7.0-cp36-abi3-linux_x86_64.whl",
+            "Fast_Downward.TextWorld": "https://files.example/fast_downward-20.6.4.tar.gz",
+            "numpy": "https://files.example/numpy-2.0-cp312-manylinux_2_28_x86_64.whl"}
+    report.write_text(json.dumps({"install": [
+        {"metadata": {"name": name, "version": "1"}, "download_info": {"url": url}}
+        for name, url in urls.items()]}))
+    script = f'source "{WHEELHOUSE}"; BPY="{sys.executable}"; resolved "$1" "$2"'
+    result = run(["bash", "-c", script, "resolved", str(report), str(built)])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        f"jericho 1 built {built / 'jericho-3.3.1-py3-none-any.whl'}",
+        "psutil 1 wheel",  # a local mirror's wheel is for this machine: fetched for the target
+        "fast-downward-textworld 1 sdist", "numpy 1 wheel"]
 
 
 @pytest.mark.parametrize(("args", "extra_env", "message"), [
