@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import inspect
 import json
 import logging
 import math
@@ -37,6 +38,7 @@ from typing import Any, cast
 
 import torch
 from tqdm import tqdm
+from transformers import DynamicCache
 
 from benchmarks.cli import parse_with_tiny
 from benchmarks.solver_probe import run_overrides
@@ -108,6 +110,9 @@ class Scorer:
         self.model, self.tokenizer, self.prefix = model, tokenizer, reply_prefix
         self.prefix_ids = tokenizer.encode_text(reply_prefix) if reply_prefix else []
         self.device = next(model.parameters()).device
+        # transformers 5.x renames the KV-cache argument `past_key_values` -> `cache`
+        self.cache_name = ("cache" if "cache" in inspect.signature(model.forward).parameters
+                           else "past_key_values")
 
     def reply_ids(self, reply: str) -> list[int]:
         """A reply's ids after the prompt-side prefix (the solver generates only the rest)."""
@@ -118,8 +123,9 @@ class Scorer:
         """The context once (its KV cache repeated over the candidates), then every candidate
         right-padded in one batch; each candidate's summed token log-probs."""
         device = self.device
-        prefix = self.model(input_ids=torch.tensor([context], device=device), use_cache=True)
-        cache = prefix.past_key_values
+        cache = DynamicCache()
+        prefix = self.model(input_ids=torch.tensor([context], device=device), use_cache=True,
+                            **{self.cache_name: cache})
         cache.batch_repeat_interleave(len(candidates))
         width = max(len(c) for c in candidates)
         ids = torch.zeros((len(candidates), width), dtype=torch.long)
@@ -128,7 +134,8 @@ class Scorer:
         mask = torch.ones((len(candidates), len(context) + width), dtype=torch.long)
         positions = torch.arange(len(context), len(context) + width).expand(len(candidates), -1)
         logits = self.model(input_ids=ids.to(device), attention_mask=mask.to(device),
-                            position_ids=positions.to(device), past_key_values=cache).logits
+                            position_ids=positions.to(device), use_cache=True,
+                            **{self.cache_name: cache}).logits
         first = prefix.logits[:, -1:].expand(len(candidates), -1, -1)  # predicts token 0
         logp = torch.log_softmax(torch.cat([first, logits[:, :-1]], dim=1).float(), dim=-1)
         picked = logp.gather(-1, ids.to(device).unsqueeze(-1)).squeeze(-1).cpu()

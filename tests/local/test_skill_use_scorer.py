@@ -18,7 +18,8 @@ class _Ids:
 
 def _full_forward(model, context: list[int], candidate: list[int]) -> float:
     ids = torch.tensor([context + candidate])
-    logp = torch.log_softmax(model(input_ids=ids).logits.float(), dim=-1)[0]
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids).logits.float(), dim=-1)[0]
     return sum(float(logp[len(context) - 1 + i, t]) for i, t in enumerate(candidate))
 
 
