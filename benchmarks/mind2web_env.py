@@ -13,8 +13,9 @@ page built once, by the step that shows it), today's path (`snapshot_processes: 
 in the request thread) against the process pool (one per core), alternating, `--cold-rounds`
 times: per round p50/p99 and steps/s of each, then the medians and the median ratios (target:
 pool p99 <= 300 ms at 16 clients); that gold replay (the reference's empty-positive fallback, so
-every episode can be won) wins every episode; that a battery of client mistakes gets no answer >= 500; the CPU time
-per request of the server process and of the client threads (what bounds latency on few cores).
+every episode can be won) wins every episode; that a battery of client mistakes gets no answer
+>= 500; the CPU time per request of the server process and of the client threads (what bounds
+latency on few cores).
 `--memory` adds, each in a fresh child process (peak RSS: the kernel's high-water mark VmHWM,
 which unlike `getrusage` does not carry the forking parent's peak over exec): preparing a
 >= 500 MB generated split (target peak < 500 MB) and the first reset on it with no prebuilt
@@ -443,9 +444,12 @@ def cold_targets(base: Path, args, won: list[int], started: list[Config]) -> lis
                 p99["pool"], _median([t.rate for t in pool]))
     logger.info("ratio today/pool (median of rounds): step p99 %.2fx, step p50 %.2fx; "
                 "throughput pool/today %.2fx",
-                _median([t.pct(.99) / max(p.pct(.99), 1e-6) for t, p in zip(today, pool)]),
-                _median([t.pct(.5) / max(p.pct(.5), 1e-6) for t, p in zip(today, pool)]),
-                _median([p.rate / max(t.rate, 1e-9) for t, p in zip(today, pool)]))
+                _median([t.pct(.99) / max(p.pct(.99), 1e-6) for t, p in
+                         zip(today, pool, strict=True)]),
+                _median([t.pct(.5) / max(p.pct(.5), 1e-6) for t, p in
+                         zip(today, pool, strict=True)]),
+                _median([p.rate / max(t.rate, 1e-9) for t, p in
+                         zip(today, pool, strict=True)]))
     return [Target(f"cold-page step p99, ~{args.large + PAGE_BASE} elements, {args.clients} "
                    f"clients, process pool", p99["pool"], 300, "ms")]
 

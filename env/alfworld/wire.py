@@ -3,8 +3,9 @@
 Owns what router and worker both accept and answer (and the Mind2Web server reads its bodies with
 `read_json_object` too). Every client mistake becomes a `WireError` with a 4xx status, a stable
 `code` and the offending `field` (a string holding a lone surrogate included); nothing a client
-sends reaches the engine unvalidated. Episode ids name their worker and its boot (`<worker>-<boot>-<hex>`), so the
-router routes without a table and an id from a worker that has since restarted is "episode lost".
+sends reaches the engine unvalidated. Episode ids name their worker and its boot
+(`<worker>-<boot>-<hex>`), so the router routes without a table and an id from a worker that
+has since restarted is "episode lost".
 """
 
 from __future__ import annotations

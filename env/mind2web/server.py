@@ -4,8 +4,9 @@
 
 Owns start-up and process life: the task store is built (or its on-disk index reused) before the
 port opens, so a healthy server has every task indexed; cold page snapshots are built by a pool
-of processes (`mind2web.snapshot_processes`, `env.mind2web.snapshot_pool`); `<log_dir>/server.pid` is written once
-listening and removed at exit; a housekeeping thread evicts idle episodes; SIGTERM stops cleanly.
+of processes (`mind2web.snapshot_processes`, `env.mind2web.snapshot_pool`);
+`<log_dir>/server.pid` is written once listening and removed at exit; a housekeeping thread
+evicts idle episodes; SIGTERM stops cleanly.
 """
 
 from __future__ import annotations

@@ -35,7 +35,6 @@ import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-
 CLICK_OPS = frozenset({"CLICK", "HOVER", "ENTER"})
 STANDARD, REFERENCE_FALLBACK = "standard", "reference_fallback"
 EMPTY_POSITIVE_RULES = (STANDARD, REFERENCE_FALLBACK)
