@@ -19,9 +19,10 @@ action led to. Every way an episode can end is a status, never an exception:
   CONTEXT_OVERFLOW  the prompt alone leaves no room for a reply (nothing generated)
   POLICY_ERROR      the policy server failed; ENV_ERROR: the env server failed or answered
                     something unreadable; ABORTED / EMPTY: the server aborted or returned nothing
-Infrastructure failures score None (the sample leaves its GRPO group). Replies without a valid
-action are sent as-is and counted in `action_statuses`. The env episode is always closed
-(`close_episode`).
+The env reset waits its turn under the context's reset bound (`reset_env`,
+`pipeline.max_concurrent_resets`). Infrastructure failures score None (the sample leaves its
+GRPO group). Replies without a valid action are sent as-is and counted in `action_statuses`.
+The env episode is always closed (`close_episode`).
 """
 
 from __future__ import annotations
@@ -197,7 +198,7 @@ async def reset_env(ctx: PipelineContext, clock: IOClock,
 
 async def run_episode(ctx: PipelineContext, clock: IOClock, task: TaskSpec,
                       skill_card: str | None, sampling: SamplingParams) -> EpisodeResult:
-    """Play `task` once (with `skill_card` in the system prompt when given)."""
+    """Play `task` once (with `skill_card` in its prompt, where the adapter places it)."""
     started = time.perf_counter()
     try:
         episode_id, first = await reset_env(ctx, clock, task)
