@@ -1,9 +1,8 @@
 """Transposed weight copies for the CPU decode path of `nn.Linear` layers.
 
 Owns `use_transposed_weights`. `nn.Linear` computes x @ W.T with W stored [out, in]; at the small
-row counts of decoding (1-32 rows) MKL's transposed-operand kernel on CPU is about half as fast as
-a plain x @ Wt with Wt stored [in, out] contiguous (measured on SmolLM2's shapes at 8 rows: 0.37 vs
-0.17 ms for 576x1536, 23 vs 15 ms for the 49k-token output layer). The swap keeps the module an
+row counts of decoding (1-32 rows) MKL's transposed-operand kernel on CPU is slower than a plain
+x @ Wt with Wt stored [in, out] contiguous (docs/design.md §6.2). The swap keeps the module an
 `nn.Linear` with the same parameters and state dict; only calls under `torch.inference_mode` (the
 decoder's) take the transposed copy, and the copy is rebuilt whenever the weight's version
 counter moves (every in-place optimiser update), so a model that is trained in place between
