@@ -5,8 +5,10 @@ Python); in the server process the GIL queues every client's cold page behind on
 `processes` > 0 the pages are built in that many spawned child processes (spawned, not forked:
 the server has threads) while the request thread waits without holding the GIL; the server only
 unpickles the result (about 2.5 ms for 5,000 elements). The processes are started with the
-builder, before the server listens. `processes` 0 builds in the calling thread. A pool broken
-by a dead child is replaced, and that page built in the calling thread.
+builder, before the server listens, and die with the process that started them (a killed server
+leaves none behind: Linux's parent-death signal, `env.launch.dies_with_parent`). `processes` 0
+builds in the calling thread. A pool broken by a dead child is replaced, and that page built in
+the calling thread.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
+from env.launch import dies_with_parent
 from env.mind2web.snapshot import Snapshot, build_snapshot
 
 logger = logging.getLogger(__name__)
@@ -26,6 +29,16 @@ logger = logging.getLogger(__name__)
 def pool_size(setting: int) -> int:
     """`mind2web.snapshot_processes`: -1 is one process per CPU core this process may use."""
     return len(os.sched_getaffinity(0)) if setting < 0 else setting
+
+
+def _die_with(parent: int) -> None:
+    """Pool initializer: be signalled when the server dies, and exit now if it already has (it
+    may die between starting this process and this call)."""
+    arm = dies_with_parent()
+    if arm is not None:
+        arm()
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 class SnapshotBuilder:
@@ -40,7 +53,8 @@ class SnapshotBuilder:
         """A pool whose processes are all started (so that no request waits on a spawn)."""
         if not self.processes:
             return None
-        pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"))
+        pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_die_with, initargs=(os.getpid(),))
         for future in [pool.submit(build_snapshot, "") for _ in range(self.processes)]:
             future.result()
         return pool

@@ -6,12 +6,19 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 import time
+from pathlib import Path
+
+import pytest
 
 from env.mind2web.snapshot import build_snapshot, parse
 from env.mind2web.snapshot_pool import SnapshotBuilder, pool_size
 from env.mind2web.validate import GoldStep, expected_refs
 from evolving_rl.core.web_metrics import REFERENCE_FALLBACK
+
+ROOT = Path(__file__).resolve().parents[2]
 
 LINE = re.compile(r'^\[e(\d+)\] [\w:.-]+ "[^"\n]*"( \S.*)?$')
 
@@ -139,3 +146,22 @@ def test_the_process_pool_builds_the_same_snapshots_and_survives_a_dead_process(
     finally:
         builder.close()
     assert SnapshotBuilder(0).build(pages[2]) == build_snapshot(pages[2])
+
+
+def test_the_pool_processes_die_with_a_killed_server():
+    """A server killed outright (SIGKILL, no cleanup) leaves no snapshot process running."""
+    psutil = pytest.importorskip("psutil")
+    script = ("import sys, time\nfrom env.mind2web.snapshot_pool import SnapshotBuilder\n"
+              "builder = SnapshotBuilder(2)\nprint('ready', flush=True)\ntime.sleep(60)\n")
+    server = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                              cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        children = psutil.Process(server.pid).children(recursive=True)
+        assert len(children) >= 2
+        server.kill()
+        server.wait(timeout=10)
+        gone, alive = psutil.wait_procs(children, timeout=10)
+        assert not alive, [p.cmdline() for p in alive]
+    finally:
+        server.kill()
