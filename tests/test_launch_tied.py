@@ -72,20 +72,22 @@ procs = []
 
 def start(_cfg):
     procs.append(spawn_server([sys.executable, "-c", "import time; time.sleep(60)"], sys.argv[1]))
-    print(procs[0].pid, flush=True)
 
 def stop(_cfg):
     stop_process(procs[0])
     open(sys.argv[2], "w").write("stopped")
 
 with job_serving(None, start, stop):
+    print(procs[0].pid, flush=True)
     time.sleep(60)
 """
 
 
 def test_a_terminated_job_stops_its_servers_itself(tmp_path):
     """SIGTERM (what `kill` and a timeout send) runs the job's stop: the benchmarks and the main
-    job serve with `job_serving`/`stopped_on_sigterm`."""
+    job serve with `job_serving`/`stopped_on_sigterm`. The PID is printed inside the block, so
+    the signal lands while serving (a signal during `start` is the kernel's: the tied server
+    ends with the job)."""
     marker = tmp_path / "stopped"
     parent = subprocess.Popen([sys.executable, "-c", SERVING, str(tmp_path / "s.log"),
                                str(marker)], stdout=subprocess.PIPE, text=True, cwd=ROOT,
