@@ -16,9 +16,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from env.alfworld.wire import WireError
 from env.mind2web.store import TaskKey, TaskStore
 from env.mind2web.validate import Action, Result, judge
+from env.wire import WireError
 from evolving_rl.core.web_metrics import STANDARD
 
 MODES = ("train", "eval")
