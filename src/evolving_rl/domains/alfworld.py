@@ -4,7 +4,7 @@ Owns everything the trainer knows about ALFWorld: the prepared row -> `TaskSpec`
 (`metadata.game` is what `/reset` loads), reading the env server's answers, the solver's system
 prompt and first user message ("Your task is to: ..."; a skill card, when one is given, in the
 one `skill_placement` names), the observation block of each turn (step number, observation
-text, numbered admissible actions), the `<action>` parsing (via `core.actions`; an unparseable
+text, numbered admissible actions), the `<action>` parsing (`alfworld_actions`; an unparseable
 reply is sent as-is and counted), the extractor prompt of each skill format, and packing: one
 episode is one training sample. It offers both optional capabilities of `domains.base`: expert
 commands (the game file's planner walkthrough, `alfworld_expert`, under `alfworld.data_root`)
@@ -29,10 +29,10 @@ from typing import Any
 from evolving_rl.clients.env import EnvClient
 from evolving_rl.clients.tokenizer import Message
 from evolving_rl.config.schema import AlfworldConfig, Config
-from evolving_rl.core.actions import parse_alfworld_action
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import SampleStatus, TrainSample
 from evolving_rl.core.skill import SkillFormat, skill_schema_text
+from evolving_rl.domains.alfworld_actions import parse_alfworld_action
 from evolving_rl.domains.alfworld_expert import game_file, read_walkthrough
 from evolving_rl.domains.alfworld_skill_prompt import reference_extractor_prompt
 from evolving_rl.domains.alfworld_written_skills import load_written_skills

@@ -10,7 +10,7 @@ annotation_id, mode}` and `/step {episode_id, action: {op, ref, value}}` answer 
   "Your task is to: ..." and the step block `render_observation` writes ("[Step i]", the task,
   the page snapshot, the previous actions, the action format). The reference appended that block
   after the chat template's assistant header; we put it in the user turn.
-- Actions: `core.actions.parse_web_action` (JSON in `<action>` tags, or `OP eN | value`); the
+- Actions: `mind2web_actions.parse_web_action` (JSON in `<action>` tags, or `OP eN | value`); the
   command passed around is the action's text form, sent as the wire object. A reply without a
   readable action is counted by its status and sent as `NO_ACTION`, a click on a ref no
   snapshot holds, so that the server judges it a wrong step (a model failure, never an env error).
@@ -42,7 +42,7 @@ from typing import Any
 from evolving_rl.clients.env import EnvClient
 from evolving_rl.clients.tokenizer import Message
 from evolving_rl.config.schema import Config
-from evolving_rl.core.actions import ActionStatus, WebAction, parse_web_action
+from evolving_rl.core.actions import ActionStatus
 from evolving_rl.core.rewards import solver_reward
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import SampleStatus, TrainSample
@@ -64,6 +64,7 @@ from evolving_rl.domains.base import (
     TaskSpec,
     Turn,
 )
+from evolving_rl.domains.mind2web_actions import WebAction, parse_web_action
 from evolving_rl.domains.mind2web_skill_prompt import reference_extractor_prompt
 
 TASK_PREFIX = "Your task is to:"
