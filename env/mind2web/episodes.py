@@ -19,7 +19,7 @@ from typing import Any
 from env.mind2web.store import TaskKey, TaskStore
 from env.mind2web.validate import Action, Result, judge
 from env.wire import WireError
-from evolving_rl.core.web_metrics import STANDARD
+from evolving_rl.domains.mind2web_metrics import STANDARD
 
 MODES = ("train", "eval")
 

@@ -5,6 +5,9 @@ Modules:
             `Domain`, an environment's registry entry
   registry  `domain_for(cfg)`: the configured environment's entry (what an environment provides)
   alfworld  ALFWorld prompts, observation blocks, action parsing, one sample per episode; its entry
+            (the commands read from the action tag in alfworld_actions)
   mind2web  Mind2Web step prompts, episode views, web actions, one sample per step; its entry
-            (the reference web extractor prompt in mind2web_skill_prompt)
+            (the web actions in mind2web_actions, the standard metrics and the step-scoring rule
+            its env server shares in mind2web_metrics, the reference web extractor prompt in
+            mind2web_skill_prompt)
 """
