@@ -116,6 +116,30 @@ def test_imports_point_down():
     assert offenders == []
 
 
+ENVIRONMENTS = {m.split(".")[1] for m in MODULES if m.startswith("env.") and m.count(".") >= 2}
+
+
+def environment(module: str) -> str | None:
+    """The environment a module belongs to: `env.<name>.*` or `evolving_rl.domains.<name>*`
+    for each package `<name>` of `env/`; None for shared modules."""
+    parts = module.split(".")
+    if parts[0] == "env" and len(parts) > 2:
+        return parts[1]
+    if parts[:2] == ["evolving_rl", "domains"] and len(parts) > 2:
+        name = parts[2].split("_")[0]
+        return name if name in ENVIRONMENTS else None
+    return None
+
+
+def test_no_environment_imports_another():
+    """What two environments share lives in a shared module (`env/wire.py`, `core/actions.py`),
+    so a new environment copies nothing from another."""
+    offenders = [f"{module} imports {target}" for module in MODULES for _, target in
+                 imports(module) if environment(module) and environment(target)
+                 and environment(target) != environment(module)]
+    assert offenders == []
+
+
 def test_env_reads_only_pure_domain_modules():
     """A server may import a domains module only if that module imports nothing but core (the
     Mind2Web scoring rule): the adapters and the clients stay out of server processes."""
