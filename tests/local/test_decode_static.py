@@ -18,11 +18,11 @@ import torch
 from local_helpers import VOCAB, tiny_llama
 
 from evolving_rl.clients.policy import FinishReason, SamplingParams
-from evolving_rl.local.decoder import sample_tokens
-from evolving_rl.local.fused_norm import use_fused_rms_norm
-from evolving_rl.local.policy import LocalPolicy
-from evolving_rl.local.slot_engine import bucket_for, buckets, sample_rows
-from evolving_rl.local.static_decode import StaticDecoder
+from evolving_rl.local.engine import LocalPolicy
+from evolving_rl.local.engine.decoder import sample_tokens
+from evolving_rl.local.engine.fused_norm import use_fused_rms_norm
+from evolving_rl.local.engine.slot_engine import bucket_for, buckets, sample_rows
+from evolving_rl.local.engine.static_decode import StaticDecoder
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

@@ -22,7 +22,7 @@ import torch
 from local_helpers import ARCHITECTURES, VOCAB
 
 from evolving_rl.clients.policy import SamplingParams
-from evolving_rl.local.policy import LocalPolicy
+from evolving_rl.local.engine import LocalPolicy
 
 SNAPSHOT = Path(__file__).with_name("engine_snapshot.json")
 UPDATE = os.environ.get("UPDATE_ENGINE_SNAPSHOT") == "1"

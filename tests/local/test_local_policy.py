@@ -18,9 +18,9 @@ from evolving_rl.clients.policy import FinishReason, SamplingParams
 from evolving_rl.config.schema import LossConfig
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import TrainSample
-from evolving_rl.local.decoder import sample_tokens
-from evolving_rl.local.kv_cache import PrefixCache, shared_prefixes
-from evolving_rl.local.policy import LocalPolicy
+from evolving_rl.local.engine import LocalPolicy
+from evolving_rl.local.engine.decoder import sample_tokens
+from evolving_rl.local.engine.kv_cache import PrefixCache, shared_prefixes
 from evolving_rl.local.trainer import build_token_batch, token_log_probs
 
 GREEDY = SamplingParams(temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=12)

@@ -55,11 +55,11 @@ from evolving_rl.clients.tokenizer import HFChatTokenizer
 from evolving_rl.config import ConfigError, to_dict
 from evolving_rl.config.schema import Config
 from evolving_rl.domains.registry import domain_for
+from evolving_rl.local.engine import LocalPolicy
 from evolving_rl.local.metrics import MetricsLog, group_variance
 from evolving_rl.local.model import load_model, load_tokenizer, resolve_model_path
 from evolving_rl.local.plot_style import reward_subtitle
 from evolving_rl.local.plots import plot_run
-from evolving_rl.local.policy import LocalPolicy
 from evolving_rl.local.preflight import preflight
 from evolving_rl.local.scalars import open_sinks
 from evolving_rl.local.trainer import GRPOTrainer, seed_everything

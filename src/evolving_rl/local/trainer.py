@@ -8,7 +8,7 @@ asymmetric ε, low-variance KL to the frozen reference, entropy term); this modu
 its inputs and reduces it.
 
 - Old log-probs are the sampled ones stored in each `TrainSample`; they are raw-model
-  log-probs at temperature 1 (see `evolving_rl.local.policy`), the same quantity recomputed here.
+  log-probs at temperature 1 (see `local.engine.policy`), the same quantity recomputed here.
 - Advantages already carry the GRPO normalisation and role weights (pipeline); KL and entropy
   coefficients are looked up per sample from its role (`cfg.loss.kl_coef` / `entropy_coef`).
 - The reduction is a token-level mean over every loss-mask token of the whole rollout: each

@@ -1,7 +1,7 @@
 """Continuous batching over a static per-slot KV cache: the decode path that keeps a GPU busy.
 
 Owns `StaticDecoder`, a `Decoder` whose running rows live in the slots of a `SlotEngine`
-(`evolving_rl.local.slot_engine`). Admission is the dynamic decoder's (one prefill with prefix
+(`slot_engine`). Admission is the dynamic decoder's (one prefill with prefix
 reuse, first token sampled as there); each row that keeps running then has its KV copied into
 the lowest free slot. A step draws the uniforms of the sampled rows in one call, in row order —
 the numbers `Decoder` draws, so with one seed both decoders sample the same tokens — runs the
@@ -23,11 +23,11 @@ from collections.abc import Sequence
 import torch
 
 from evolving_rl.clients.policy import FinishReason, Generation
-from evolving_rl.local.decoder import Decoder, Done, Row, draw_uniforms, ensure_eval
-from evolving_rl.local.growing_cache import GrowingCache
-from evolving_rl.local.kv_cache import PrefixCache, cache_layers
-from evolving_rl.local.slot_cache import CopyPlan
-from evolving_rl.local.slot_engine import SlotEngine, StepShape, bucket_for
+from evolving_rl.local.engine.decoder import Decoder, Done, Row, draw_uniforms, ensure_eval
+from evolving_rl.local.engine.growing_cache import GrowingCache
+from evolving_rl.local.engine.kv_cache import PrefixCache, cache_layers
+from evolving_rl.local.engine.slot_cache import CopyPlan
+from evolving_rl.local.engine.slot_engine import SlotEngine, StepShape, bucket_for
 
 logger = logging.getLogger(__name__)
 

@@ -5,14 +5,14 @@ the token to feed next, whether the slot is active, its sampling parameters (tem
 top-p), the uniform number its next draw uses and its result [token, log-prob].
 `step(StepShape(rows, window, filtered))` runs the model on the first `rows` slots over the first
 `window` KV columns: positions are the slot lengths, the 4D mask lets each row see its own
-columns 0..length (attention by `evolving_rl.local.decode_attention`), sampling (top-k / top-p
+columns 0..length (attention by `decode_attention`), sampling (top-k / top-p
 only when `filtered`) and the chosen tokens' log-probs are computed on the device
 (`sample_rows`), the sampled tokens become the next feed and active slots' lengths grow by one;
 nothing is copied to the host. On CUDA each shape is captured once as a CUDA graph (row buckets
 1, 2, 4, ... up to the slot count; windows 128, 256, ... up to the capacity) and replayed, which
 removes the per-kernel launch cost that dominates a small model's decode step; elsewhere the
 step runs eagerly. On CUDA the model's RMSNorms are fused for inference
-(`evolving_rl.local.fused_norm`). The graphs read the model's parameters in place, so in-place
+(`fused_norm`). The graphs read the model's parameters in place, so in-place
 optimiser updates need no re-capture.
 """
 
@@ -24,10 +24,10 @@ from typing import NamedTuple
 import torch
 
 from evolving_rl.clients.policy import SamplingParams
-from evolving_rl.local.decode_attention import decode_attention_for
-from evolving_rl.local.fused_norm import use_fused_rms_norm
-from evolving_rl.local.kv_cache import LayerKV
-from evolving_rl.local.slot_cache import CopyPlan, SlotCache
+from evolving_rl.local.engine.decode_attention import decode_attention_for
+from evolving_rl.local.engine.fused_norm import use_fused_rms_norm
+from evolving_rl.local.engine.kv_cache import LayerKV
+from evolving_rl.local.engine.slot_cache import CopyPlan, SlotCache
 
 MIN_WINDOW = 128  # smallest KV window bucket (tokens); the capacity is a multiple of it
 
@@ -58,7 +58,7 @@ def sample_rows(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Te
                 top_p: torch.Tensor, uniforms: torch.Tensor, filtered: bool = True) -> torch.Tensor:
     """Per row of `logits` [rows, vocab] float: argmax where temperature is 0, else the token
     whose CDF step holds that row's uniform, under temperature, top-k (<= 0: off) and top-p —
-    the per-row arithmetic of `evolving_rl.local.decoder.sample_tokens`, for all rows at once.
+    the per-row arithmetic of `decoder.sample_tokens`, for all rows at once.
     `filtered=False` skips top-k and top-p (and their sorts): only for rows that use neither."""
     vocab = logits.shape[-1]
     scaled = logits / torch.where(temperature > 0, temperature, 1.0)[:, None]

@@ -3,7 +3,7 @@
 Owns `Decoder` (the running batch: KV cache, attention mask, positions, the next token of every
 row), `sample_tokens` and `DecodeStats`. The KV cache is a `GrowingCache` (written in place, not
 concatenated each step). `admit` encodes new prompts — reusing stored KV prefixes
-(`evolving_rl.local.kv_cache`) — samples their first token and merges them into the running
+(`kv_cache`) — samples their first token and merges them into the running
 batch, left-padding whichever side is shorter; `step` feeds every row's last token, samples the
 next and retires the rows that finished: an end-of-sequence id, one of the row's `stop` strings
 (checked on the decoded generation; the ids that completed it are kept, like SGLang's
@@ -28,8 +28,8 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from evolving_rl.clients.policy import FinishReason, Generation, SamplingParams
-from evolving_rl.local.growing_cache import GrowingCache
-from evolving_rl.local.kv_cache import (
+from evolving_rl.local.engine.growing_cache import GrowingCache
+from evolving_rl.local.engine.kv_cache import (
     Prefill,
     PrefixCache,
     assemble_prefill,
@@ -88,7 +88,7 @@ def _draw(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
 def draw_uniforms(samplings: Sequence[SamplingParams], generator: torch.Generator,
                   device: torch.device) -> torch.Tensor | None:
     """One uniform number per sampled (temperature > 0) row, in row order, from one call: the
-    static decoder (`evolving_rl.local.static_decode`) draws the same numbers in the same order."""
+    static decoder (`static_decode`) draws the same numbers in the same order."""
     sampled = sum(s.temperature != 0.0 for s in samplings)
     return torch.rand(sampled, generator=generator, device=device) if sampled else None
 
