@@ -98,8 +98,8 @@ def plan_runs(cfg: Config, methods: list[str], seeds: list[int], out: Path) -> l
 def prepare_shared(cfg: Config) -> None:
     """Data, retrieval cache and the converted model once, before the runs (each run then finds
     them ready instead of writing them at the same time as the others)."""
-    from evolving_rl.local.job import build_retrieval_cache, env_services
     from evolving_rl.local.model import resolve_model_path
+    from evolving_rl.local.servers import build_retrieval_cache, env_services
 
     env_services(cfg).prepare_data(cfg)
     build_retrieval_cache(cfg)
@@ -108,7 +108,7 @@ def prepare_shared(cfg: Config) -> None:
 
 def launch(run: PlannedRun, config: str, overrides: list[str]) -> int:
     """Run one child job to its end; its stdout and stderr go to `<run>/job.log`. The child
-    gets SIGTERM if this process dies first (and its servers with it: `local.job.servers`)."""
+    gets SIGTERM if this process dies first (and its servers with it: `local.servers.servers`)."""
     from env.launch import dies_with_parent
     from evolving_rl.local.job import LAUNCHER_LOG, archive_previous_run
 
