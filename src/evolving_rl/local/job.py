@@ -190,8 +190,8 @@ def write_run_config(cfg: Config, run_dir: Path) -> Path:
 
 
 ARCHIVE_PREFIX = "previous"
-# The log a launcher (`local.compare`) writes this run's output to: it archives the earlier run
-# itself before opening the log, so the job leaves it in place.
+# The log a launcher (`local.experiments.compare`) writes this run's output to: it archives the
+# earlier run itself before opening the log, so the job leaves it in place.
 LAUNCHER_LOG = "job.log"
 
 
