@@ -1,13 +1,13 @@
 """The in-process policy: an HF causal LM behind the pipeline's `PolicyClient` interface.
 
 Owns `LocalPolicy`: `generate` (async, what the episode loop awaits) hands each request to one
-engine thread that runs a continuous batch (`decoder.Decoder`). When the engine
-is idle, the first request waits `window_s` for concurrent ones so that they are encoded
-together; while it decodes, requests that arrive join the running batch at the next step (up to
-`max_batch` rows), and each finished row's result is handed back at once. The event loop is
-never blocked: env and retrieval I/O of other episodes proceed while the model runs.
-`generate_batch` decodes a list of prompts synchronously through the same decoder (tests,
-benchmarks); do not call it while the engine thread is serving.
+engine thread that runs a continuous batch (`decoder.Decoder`). When the engine is idle, the first
+request waits `window_s` for concurrent ones so that they are encoded together; while it decodes,
+requests that arrive join the running batch at the next step (up to `max_batch` rows), and each
+finished row's result is handed back at once. The event loop is never blocked: env and retrieval I/O
+of other episodes proceed while the model runs. `generate_batch` decodes a list of prompts
+synchronously through the same decoder (tests, benchmarks); do not call it while the engine thread
+is serving.
 
 Returned ids are exactly the sampled ones; returned log-probs are the raw model's (temperature
 1, before top-k/top-p), which is what the trainer recomputes (`local.trainer.token_log_probs`). A KV
