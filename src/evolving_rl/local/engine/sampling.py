@@ -10,10 +10,10 @@ zero-probability entry is never drawn (its CDF step is empty).
 
 `sample_rows` samples every row at once from per-row settings held in tensors, on the device and
 without a host sync: the static decoder's captured step runs it on its slot buffers. The dynamic
-decoder calls it through `sample_tokens`, which builds those tensors from `SamplingParams`. Each
-step draws one uniform per sampled row (temperature > 0), in row order, in one call
-(`draw_uniforms`): given the same rows in the same order and one seed, both decoders sample the
-same tokens. The log-probs the decoders return are the raw model's, not these filtered ones.
+decoder calls it through `sample_tokens`, row by row, with those tensors built from each row's
+`SamplingParams`. Each step draws one uniform per sampled row (temperature > 0), in row order, in
+one call (`draw_uniforms`): given the same rows in the same order and one seed, both decoders sample
+the same tokens. The log-probs the decoders return are the raw model's, not these filtered ones.
 """
 
 from __future__ import annotations
@@ -70,15 +70,20 @@ def _filtered(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) ->
 def sample_tokens(logits: torch.Tensor, samplings: Sequence[SamplingParams],
                   generator: torch.Generator) -> torch.Tensor:
     """One token per row of `logits` [rows, vocab] under that row's sampling parameters: the
-    dynamic decoder's call of `sample_rows`, drawing this step's uniforms from `generator`."""
-    logits, device = logits.float(), logits.device
-    draws = draw_uniforms(samplings, generator, device)
-    if draws is None:  # every row greedy
-        return logits.argmax(-1)
-    temperature = torch.tensor([s.temperature for s in samplings], device=device)
-    top_k = torch.tensor([s.top_k for s in samplings], dtype=torch.long, device=device)
-    top_p = torch.tensor([s.top_p for s in samplings], device=device)
-    uniforms = torch.zeros(len(samplings), device=device)
-    uniforms[temperature != 0] = draws
-    return sample_rows(logits, temperature, top_k, top_p, uniforms, filters(samplings),
-                       greedy=any(s.temperature == 0.0 for s in samplings))
+    dynamic decoder's call, drawing this step's uniforms from `generator`. Row by row: a greedy
+    row is its argmax, a sampled row goes through `sample_rows` alone (on CPU that is faster than
+    all rows at once: docs/design.md §6.2)."""
+    logits = logits.float()
+    uniforms = draw_uniforms(samplings, generator, logits.device)
+    tokens = torch.empty(logits.shape[0], dtype=torch.long, device=logits.device)
+    drawn = 0
+    for row, sampling in enumerate(samplings):
+        if sampling.temperature == 0.0:
+            tokens[row] = logits[row].argmax()
+            continue
+        settings = [torch.tensor([value], device=logits.device) for value in
+                    (sampling.temperature, sampling.top_k, sampling.top_p)]
+        tokens[row] = sample_rows(logits[row:row + 1], *settings, uniforms[drawn:drawn + 1],
+                                  filters([sampling]), greedy=False)[0]
+        drawn += 1
+    return tokens
