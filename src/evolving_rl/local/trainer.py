@@ -180,11 +180,9 @@ def release_freed_memory() -> bool:
     """Serve every allocation of 256 KB or more from its own mapping, unmapped when freed.
 
     glibc raises its mmap threshold (up to 32 MB) whenever a mapped block is freed; from then on
-    activation-sized tensors come from the heap, whose freed pages stay resident and fragment.
-    Measured on SmolLM2-135M (one thread): a checkpointed forward + backward over 2 x 2k tokens
-    peaked at 3.7 GB that way and at 1.7 GB with the fixed threshold; a GRPO step over 4 x 1k
-    tokens at 3.9 vs 3.3 GB, taking 16-24% longer (fresh pages fault in). Process-wide; False
-    where the C library has no `mallopt` (macOS, musl) or refuses it.
+    activation-sized tensors come from the heap, whose freed pages stay resident and fragment
+    (what it saved and cost: docs/design.md §6.3). Process-wide; False where the C library has no
+    `mallopt` (macOS, musl) or refuses it.
     """
     mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
     return mallopt is not None and mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1

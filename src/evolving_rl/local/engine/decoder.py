@@ -256,6 +256,7 @@ def _left_pad(tensor: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def ensure_eval(model: torch.nn.Module) -> None:
-    """`model.eval()` unless it already is (the recursive call costs ~0.2 ms per step)."""
+    """`model.eval()` unless it already is (its recursive call is not free: docs/design.md
+    §6.2)."""
     if model.training:
         model.eval()
