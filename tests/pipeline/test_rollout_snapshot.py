@@ -2,12 +2,12 @@
 behaviour leaves every metric and every sample as it was.
 
 Each case runs the real `pipeline.rollout.run_training_rollout` with the scripted policy, the toy
-env and in-memory retrieval (`tests/fakes/`), over configs that take different paths: both
-methods, both skill formats, both `unusable_skills` modes, grid sizes, the source episode trained
-or not, the source task retrieved or not, reward shaping and role weights. What is compared: the
-metrics (wall-clock `timing/` ones aside) and, per sample in emitted order, its role, group,
-status, reward, advantage, lengths, metadata and digests of its token ids, loss mask and
-log-probs. Floats are rounded to 6 decimals first, so only a real change shows.
+env and in-memory retrieval (`tests/fakes/`), over configs that take different paths: both methods,
+both skill formats, both `unusable_skills` modes, grid sizes, the source episode trained or not, the
+source task retrieved or not, reply prefixes, reward shaping and role weights. What is compared: the
+metrics (wall-clock `timing/` ones aside) and, per sample in emitted order, its role, group, status,
+reward, advantage, lengths, metadata and digests of its token ids, loss mask and log-probs. Floats
+are rounded to 6 decimals first, so only a real change shows.
 
 `UPDATE_ROLLOUT_SNAPSHOT=1 pytest tests/pipeline/test_rollout_snapshot.py` rewrites the snapshot
 (`rollout_snapshot.json` beside this file); do that only for a change that means to alter it.
@@ -90,6 +90,10 @@ CASES = {
         {"include_source_in_retrieval": True, "skill_format": "compact"},
         {"drop_zero_variance_groups": True},
         lambda: skill_responder(_skills("compact", "good", "bad")), rows=3),
+    "evolving_reply_prefix_short_episodes": Case(
+        {"solver_reply_prefix": "<reasoning>", "max_steps": 2, "n_repeats": 1, "top_k": 3},
+        {"solver_weight": 0.5, "advantage_eps": 0.01},
+        lambda: skill_responder(_skills("reference", "bad", "good", "chinese"))),
     "grpo_baseline": Case(
         {"method": "grpo_baseline", "n_repeats": 1},
         {"invalid_action_penalty": 0.25},
