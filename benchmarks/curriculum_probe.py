@@ -28,7 +28,7 @@ from pathlib import Path
 from benchmarks.cli import parse_with_tiny
 from env.alfworld.planner import play
 from evolving_rl.config import load_config
-from evolving_rl.local.job import split_rows
+from evolving_rl.retrieval.prepared import split_rows
 
 TINY = {"games_per_type": 1, "episodes": 1, "max_steps": 3}
 

@@ -49,8 +49,8 @@ from evolving_rl.config import load_config
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import TrainSample
 from evolving_rl.domains.base import Observation, TaskSpec
+from evolving_rl.local.engine import LocalPolicy
 from evolving_rl.local.model import DTYPES, load_model, load_tokenizer, resolve_model_path
-from evolving_rl.local.policy import LocalPolicy
 from evolving_rl.local.trainer import GRPOTrainer, build_token_batch
 from evolving_rl.pipeline.context import make_adapter
 

@@ -40,8 +40,8 @@ from env.launch import job_serving
 from evolving_rl.clients.policy import FinishReason
 from evolving_rl.clients.tokenizer import HFChatTokenizer
 from evolving_rl.config import Config, load_config
+from evolving_rl.local.engine import LocalPolicy
 from evolving_rl.local.model import load_model, load_tokenizer, resolve_model_path
-from evolving_rl.local.policy import LocalPolicy
 from evolving_rl.pipeline.context import build_context, make_adapter
 from evolving_rl.pipeline.episode import run_episode
 from evolving_rl.pipeline.extraction import Extraction, extract_skills

@@ -47,12 +47,12 @@ from evolving_rl.clients.tokenizer import HFChatTokenizer
 from evolving_rl.config import Config, load_config
 from evolving_rl.domains.alfworld import AlfworldAdapter
 from evolving_rl.domains.base import Observation, TaskSpec, Turn
-from evolving_rl.local.job import split_rows
+from evolving_rl.local.engine import LocalPolicy
 from evolving_rl.local.model import load_model, load_tokenizer, resolve_model_path
-from evolving_rl.local.policy import LocalPolicy
 from evolving_rl.pipeline.context import build_context, make_adapter
 from evolving_rl.pipeline.expert import replay_expert
 from evolving_rl.pipeline.timing import IOClock
+from evolving_rl.retrieval.prepared import split_rows
 
 NO_CARD = "none"
 TINY = {"games": 1, "max_steps": 2}

@@ -32,12 +32,12 @@ from env.alfworld import launch
 from env.launch import free_port, free_port_block, job_serving
 from evolving_rl.clients.tokenizer import HFChatTokenizer
 from evolving_rl.config import Config, load_config
-from evolving_rl.local.job import split_rows
+from evolving_rl.local.engine import LocalPolicy
 from evolving_rl.local.model import load_model, load_tokenizer, resolve_model_path
-from evolving_rl.local.policy import LocalPolicy
 from evolving_rl.pipeline.context import build_context, make_adapter
 from evolving_rl.pipeline.episode import run_episode
 from evolving_rl.pipeline.timing import IOClock
+from evolving_rl.retrieval.prepared import split_rows
 
 FORMATS = ("verbatim", "number")
 TINY = {"games_per_type": 1, "episodes": 1}

@@ -5,14 +5,14 @@
 #   CONFIG=configs/local_gpu.yaml bash scripts/run_local.sh compare [--seeds 0,1,2]
 #       [--methods evolving,grpo_baseline] [--parallel 6] [--out DIR] [--set KEY=VALUE ...]
 # Sets up (or reuses) the virtualenv, then runs `python -m evolving_rl.local` (or
-# `evolving_rl.local.compare`).
+# `evolving_rl.local.experiments.compare`).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 CONFIG="${CONFIG:-configs/local_cpu.yaml}"
 MODULE=evolving_rl.local
 if [ "${1:-}" = compare ]; then
-    MODULE=evolving_rl.local.compare
+    MODULE=evolving_rl.local.experiments.compare
     shift
 fi
 bash scripts/setup_env.sh

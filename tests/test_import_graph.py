@@ -208,3 +208,17 @@ def test_class_names_are_unique():
 def test_cycle_finder_finds_cycles():
     graph = {"a": ["b"], "b": ["c"], "c": ["a", "d"], "d": [], "e": ["d"]}
     assert sorted(c for c in strongly_connected(graph) if len(c) > 1) == [["a", "b", "c"]]
+
+
+def test_the_engine_is_imported_through_its_entry_point():
+    """Outside `local.engine`, code imports the package (`LocalPolicy`), never its modules."""
+    inside = [module for module in MODULES if module.startswith("evolving_rl.local.engine.")]
+    offenders = [f"{module} imports {target}" for module, targets in GRAPH.items()
+                 if not module.startswith("evolving_rl.local.engine")
+                 for target in targets if target in inside]
+    assert inside and offenders == []
+
+
+def test_evaluation_starts_servers_without_the_local_job():
+    assert [module for module, targets in GRAPH.items()
+            if unit(module) == "evaluate" and "evolving_rl.local.job" in targets] == []

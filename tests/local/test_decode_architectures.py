@@ -16,7 +16,7 @@ from local_helpers import ARCHITECTURES, PAD_ID, VOCAB, make_sample
 from evolving_rl.clients.policy import SamplingParams
 from evolving_rl.config.schema import LossConfig
 from evolving_rl.core.roles import Role
-from evolving_rl.local.policy import LocalPolicy
+from evolving_rl.local.engine import LocalPolicy
 from evolving_rl.local.trainer import build_token_batch, token_log_probs
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -11,8 +11,8 @@ from local_helpers import VOCAB, tiny_llama
 from torch import nn
 from transformers import DynamicCache, LlamaForCausalLM
 
-from evolving_rl.local.growing_cache import CHUNK, GrowingCache
-from evolving_rl.local.linear_layout import TransposedWeightLinear, use_transposed_weights
+from evolving_rl.local.engine.growing_cache import CHUNK, GrowingCache
+from evolving_rl.local.engine.linear_layout import TransposedWeightLinear, use_transposed_weights
 
 # transformers 5.x renamed the KV-cache argument `past_key_values` -> `cache`
 CACHE = "cache" if "cache" in inspect.signature(LlamaForCausalLM.forward).parameters else (

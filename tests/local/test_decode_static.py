@@ -1,7 +1,7 @@
 """The static-slot decoder against the dynamic one: same token ids and log-probs (greedy, and
 sampled with one seed under temperature, top-k and top-p), slot reuse under continuous
-batching, prefix reuse, the capacity limit, `sample_rows` = `sample_tokens` row by row, and the
-fused RMSNorm of the GPU path.
+batching, prefix reuse, the capacity limit, and the fused RMSNorm of the GPU path (the sampling
+both decoders share: `test_sampling.py`).
 
 Both decoders draw the same uniforms in the same order, so sampled ids are compared exactly;
 log-probs are compared within 1e-5 (the two paths attend over differently padded KV, float32).
@@ -18,11 +18,10 @@ import torch
 from local_helpers import VOCAB, tiny_llama
 
 from evolving_rl.clients.policy import FinishReason, SamplingParams
-from evolving_rl.local.decoder import sample_tokens
-from evolving_rl.local.fused_norm import use_fused_rms_norm
-from evolving_rl.local.policy import LocalPolicy
-from evolving_rl.local.slot_engine import bucket_for, buckets, sample_rows
-from evolving_rl.local.static_decode import StaticDecoder
+from evolving_rl.local.engine import LocalPolicy
+from evolving_rl.local.engine.fused_norm import use_fused_rms_norm
+from evolving_rl.local.engine.slot_engine import bucket_for, buckets
+from evolving_rl.local.engine.static_decode import StaticDecoder
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -117,27 +116,6 @@ def test_auto_backend_is_dynamic_on_cpu(tokenizer):
                       .make_decoder(print), StaticDecoder)
     with pytest.raises(ValueError, match="decode_backend"):
         LocalPolicy(tiny_llama(), tokenizer, decode_backend="fast")
-
-
-def test_sample_rows_equals_sample_tokens():
-    logits = torch.randn(6, 300, generator=torch.Generator().manual_seed(0)) * 3
-    samplings = [_sampling(t, top_p=p, top_k=k) for t, p, k in
-                 [(0.0, 1.0, -1), (1.0, 1.0, -1), (0.7, 0.9, -1), (1.3, 1.0, 7),
-                  (1.0, 0.5, 20), (0.0, 0.3, 2)]]
-    expected = sample_tokens(logits, samplings, torch.Generator().manual_seed(5))
-    sampled = [s.temperature != 0.0 for s in samplings]
-    uniforms = torch.zeros(len(samplings))
-    uniforms[torch.tensor(sampled)] = torch.rand(sum(sampled),
-                                                 generator=torch.Generator().manual_seed(5))
-    got = sample_rows(logits, torch.tensor([s.temperature for s in samplings]),
-                      torch.tensor([s.top_k for s in samplings]),
-                      torch.tensor([s.top_p for s in samplings]), uniforms)
-    assert got.tolist() == expected.tolist()
-    plain = [not (0 < s.top_k or s.top_p < 1.0) for s in samplings]
-    unfiltered = sample_rows(logits, torch.tensor([s.temperature for s in samplings]),
-                             torch.zeros(len(samplings), dtype=torch.long),
-                             torch.ones(len(samplings)), uniforms, filtered=False)
-    assert unfiltered[torch.tensor(plain)].tolist() == expected[torch.tensor(plain)].tolist()
 
 
 def test_fused_rms_norm_equals_the_stock_norm():

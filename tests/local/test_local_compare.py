@@ -13,8 +13,8 @@ import pytest
 
 from env.launch import free_port_block
 from evolving_rl.config import load_config
-from evolving_rl.local.compare import PORT_BLOCK, _port_fields, plan_runs, port_stride
-from evolving_rl.local.compare_report import aggregate, render_markdown, write_report
+from evolving_rl.local.experiments.compare import PORT_BLOCK, _port_fields, plan_runs, port_stride
+from evolving_rl.local.experiments.compare_report import aggregate, render_markdown, write_report
 from evolving_rl.local.metrics import MetricsLog
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,9 +127,9 @@ def test_held_out_wins_are_pooled_and_tested_against_the_baseline(tmp_path):
 
 
 def test_main_refuses_an_unknown_method(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "evolving_rl.local.compare", "--methods",
-                          "evolving,ppo", "--out", str(tmp_path)], capture_output=True,
-                         text=True, cwd=ROOT, check=False)
+    out = subprocess.run([sys.executable, "-m", "evolving_rl.local.experiments.compare",
+                          "--methods", "evolving,ppo", "--out", str(tmp_path)],
+                         capture_output=True, text=True, cwd=ROOT, check=False)
     assert out.returncode == 2 and "--methods takes some of" in out.stderr
 
 
@@ -152,7 +152,7 @@ def test_two_real_runs_side_by_side(tmp_path):
     sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={value}")]
     out = tmp_path / "compare"
     done = subprocess.run(
-        [sys.executable, "-m", "evolving_rl.local.compare", "--config",
+        [sys.executable, "-m", "evolving_rl.local.experiments.compare", "--config",
          str(ROOT / "configs" / "local_gpu.yaml"), "--seeds", "0", "--parallel", "2",
          "--out", str(out), *sets], capture_output=True, text=True, cwd=ROOT, timeout=900,
         check=False)
@@ -181,7 +181,7 @@ def test_port_stride_is_the_smallest_that_keeps_blocks_apart(ports, n_runs):
 
 
 def test_a_launch_archives_the_earlier_run_and_the_job_keeps_its_log(tmp_path, monkeypatch):
-    from evolving_rl.local import compare
+    from evolving_rl.local.experiments import compare
     from evolving_rl.local.job import archive_previous_run
 
     run_dir = tmp_path / "evolving_seed0"

@@ -10,7 +10,7 @@ import torch
 from local_helpers import tiny_llama
 
 from evolving_rl.config.schema import LocalConfig, LossConfig
-from evolving_rl.local.policy import LocalPolicy
+from evolving_rl.local.engine import LocalPolicy
 from evolving_rl.local.trainer import GRPOTrainer, build_token_batch, token_log_probs
 from evolving_rl.pipeline.rollout import run_training_rollout
 from tests.fakes.context import fake_context, small_config, toy_rows

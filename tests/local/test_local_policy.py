@@ -18,9 +18,8 @@ from evolving_rl.clients.policy import FinishReason, SamplingParams
 from evolving_rl.config.schema import LossConfig
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import TrainSample
-from evolving_rl.local.decoder import sample_tokens
-from evolving_rl.local.kv_cache import PrefixCache, shared_prefixes
-from evolving_rl.local.policy import LocalPolicy
+from evolving_rl.local.engine import LocalPolicy
+from evolving_rl.local.engine.kv_cache import PrefixCache, shared_prefixes
 from evolving_rl.local.trainer import build_token_batch, token_log_probs
 
 GREEDY = SamplingParams(temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=12)
@@ -116,26 +115,6 @@ def test_eos_ends_a_row_and_is_kept(tokenizer):
     first = free.token_ids.index(eos)
     assert generation.token_ids == free.token_ids[:first + 1]
     assert generation.finish_reason is FinishReason.STOP and EOS_ID not in generation.token_ids
-
-
-def test_top_k_one_is_greedy():
-    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0))
-    top1 = SamplingParams(temperature=1.0, top_p=1.0, top_k=1, max_new_tokens=1)
-    tight = SamplingParams(temperature=0.7, top_p=1e-6, top_k=-1, max_new_tokens=1)
-    tokens = sample_tokens(logits, [top1, tight, GREEDY], torch.Generator().manual_seed(1))
-    assert tokens.tolist() == logits.argmax(-1).tolist()
-
-
-def test_sampling_follows_the_filtered_distribution():
-    """20k draws: frequencies within 0.015 of the probabilities; filtered-out tokens never."""
-    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, -30.0, 0.5]])
-    hot = SamplingParams(temperature=1.0, top_p=1.0, top_k=4, max_new_tokens=1)
-    expected = torch.softmax(torch.tensor([2.0, 1.0, 0.0, float("-inf"), float("-inf"), 0.5]), -1)
-    generator = torch.Generator().manual_seed(3)
-    draws = torch.stack([sample_tokens(logits, [hot], generator)[0] for _ in range(20_000)])
-    freq = torch.bincount(draws, minlength=6).float() / draws.numel()
-    assert freq[3] == 0 and freq[4] == 0
-    torch.testing.assert_close(freq, expected, atol=0.015, rtol=0)
 
 
 def test_zero_new_tokens_is_an_empty_generation(tokenizer):

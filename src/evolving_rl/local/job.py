@@ -5,12 +5,11 @@ Owns the sequence and nothing of what each stage does:
 1. data — the configured environment's `prepare_data(cfg)` (its registry entry's server-side
    module, `domains.registry`; ALFWorld's generates a small game set when the data root holds
    none, then writes the prepared splits);
-2. retrieval cache — `evolving_rl.retrieval.build.refresh_cache` with the configured encoder
+2. retrieval cache — `local.servers.build_retrieval_cache` with the configured encoder
    (MiniLM from its PyPI package on the CPU default), skipped when the cache already holds the
-   prepared tasks embedded by that model (`cache_is_current`);
-3. servers — retrieval (`env.retrieval.launcher`) and the environment's servers (its
-   `serve(cfg)`), started with this job's `Config`; both stopped on exit, by the launchers that
-   know the PIDs they started;
+   prepared tasks embedded by that model;
+3. servers — retrieval and the environment's servers (`local.servers`), started with this
+   job's `Config`; both stopped on exit, by the launchers that know the PIDs they started;
 4. model — policy, frozen reference and trainer (`evolving_rl.local.model` / `trainer`),
    optionally resumed from a checkpoint;
 5. training — evaluation on the entry's held-out split before, `local.train_steps` rollouts of
@@ -36,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import itertools
 import logging
 import random
@@ -44,7 +42,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import torch
@@ -55,18 +52,24 @@ from evolving_rl.clients.tokenizer import HFChatTokenizer
 from evolving_rl.config import ConfigError, to_dict
 from evolving_rl.config.schema import Config
 from evolving_rl.domains.registry import domain_for
+from evolving_rl.local.engine import LocalPolicy
 from evolving_rl.local.metrics import MetricsLog, group_variance
 from evolving_rl.local.model import load_model, load_tokenizer, resolve_model_path
 from evolving_rl.local.plot_style import reward_subtitle
 from evolving_rl.local.plots import plot_run
-from evolving_rl.local.policy import LocalPolicy
 from evolving_rl.local.preflight import preflight
 from evolving_rl.local.scalars import open_sinks
+from evolving_rl.local.servers import build_retrieval_cache, env_services, servers
 from evolving_rl.local.trainer import GRPOTrainer, seed_everything
 from evolving_rl.pipeline.context import PipelineContext, build_context, make_adapter
 from evolving_rl.pipeline.evaluation import run_eval
 from evolving_rl.pipeline.rollout import run_training_rollout
-from evolving_rl.retrieval.prepared import environment_prepared_dir, read_split, round_robin
+from evolving_rl.retrieval.prepared import (
+    environment_prepared_dir,
+    read_split,
+    round_robin,
+    split_rows,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -91,48 +94,6 @@ def timed(result: JobResult, stage: str) -> Iterator[None]:
     yield
     result.stage_s[stage] = time.perf_counter() - started
     logger.info("stage %s done in %.1fs", stage, result.stage_s[stage])
-
-
-def env_services(cfg: Config) -> ModuleType:
-    """The environment's server-side module (`prepare_data`, `serve`: see `domains.registry`).
-
-    Imported here by name: only this job (layer 5) may import `env`, which `domains` sits beside.
-    """
-    return importlib.import_module(domain_for(cfg).services)
-
-
-def build_retrieval_cache(cfg: Config) -> None:
-    from evolving_rl.retrieval.build import cache_is_current, refresh_cache
-    from evolving_rl.retrieval.encoder import load_encoder
-
-    if cache_is_current(cfg):
-        logger.info("retrieval cache %s is current (same tasks, same model): reused",
-                    cfg.retrieval.cache_path)
-        return
-    stats = refresh_cache(cfg, load_encoder(cfg.retrieval))
-    logger.info("retrieval cache %s: %d rows, %d encoded", cfg.retrieval.cache_path,
-                stats.n_rows, stats.n_encoded)
-
-
-@contextlib.contextmanager
-def servers(cfg: Config) -> Iterator[None]:
-    """Retrieval and environment servers for the duration of the block; stopped on any exit
-    (SIGTERM included: `env.launch.stopped_on_sigterm`), and by the kernel if this job is killed
-    outright (`env.launch.tied_to_this_process`)."""
-    from env.launch import stopped_on_sigterm, tied_to_this_process
-    from env.retrieval.launcher import start_retrieval_server
-
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(stopped_on_sigterm())
-        stack.enter_context(tied_to_this_process())
-        stack.callback(start_retrieval_server(cfg).stop)
-        stack.enter_context(env_services(cfg).serve(cfg))
-        yield
-
-
-def split_rows(cfg: Config, split: str) -> list[dict[str, Any]]:
-    """The rows of one prepared split of the configured environment, as the pipeline takes them."""
-    return [row.as_dict() for row in read_split(environment_prepared_dir(cfg), split)]
 
 
 def eval_rows(cfg: Config) -> list[dict[str, Any]]:
@@ -229,8 +190,8 @@ def write_run_config(cfg: Config, run_dir: Path) -> Path:
 
 
 ARCHIVE_PREFIX = "previous"
-# The log a launcher (`local.compare`) writes this run's output to: it archives the earlier run
-# itself before opening the log, so the job leaves it in place.
+# The log a launcher (`local.experiments.compare`) writes this run's output to: it archives the
+# earlier run itself before opening the log, so the job leaves it in place.
 LAUNCHER_LOG = "job.log"
 
 

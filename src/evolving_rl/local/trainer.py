@@ -8,7 +8,7 @@ asymmetric ε, low-variance KL to the frozen reference, entropy term); this modu
 its inputs and reduces it.
 
 - Old log-probs are the sampled ones stored in each `TrainSample`; they are raw-model
-  log-probs at temperature 1 (see `evolving_rl.local.policy`), the same quantity recomputed here.
+  log-probs at temperature 1 (see `local.engine.policy`), the same quantity recomputed here.
 - Advantages already carry the GRPO normalisation and role weights (pipeline); KL and entropy
   coefficients are looked up per sample from its role (`cfg.loss.kl_coef` / `entropy_coef`).
 - The reduction is a token-level mean over every loss-mask token of the whole rollout: each
@@ -180,11 +180,9 @@ def release_freed_memory() -> bool:
     """Serve every allocation of 256 KB or more from its own mapping, unmapped when freed.
 
     glibc raises its mmap threshold (up to 32 MB) whenever a mapped block is freed; from then on
-    activation-sized tensors come from the heap, whose freed pages stay resident and fragment.
-    Measured on SmolLM2-135M (one thread): a checkpointed forward + backward over 2 x 2k tokens
-    peaked at 3.7 GB that way and at 1.7 GB with the fixed threshold; a GRPO step over 4 x 1k
-    tokens at 3.9 vs 3.3 GB, taking 16-24% longer (fresh pages fault in). Process-wide; False
-    where the C library has no `mallopt` (macOS, musl) or refuses it.
+    activation-sized tensors come from the heap, whose freed pages stay resident and fragment
+    (what it saved and cost: docs/design.md §6.3). Process-wide; False where the C library has no
+    `mallopt` (macOS, musl) or refuses it.
     """
     mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
     return mallopt is not None and mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1

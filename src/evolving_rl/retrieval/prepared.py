@@ -6,9 +6,9 @@ of the config section named after the environment, which every environment's sec
 else that one), what one line holds (`PreparedRow`: `id`, `question`, `prompt`,
 `metadata` with `task_type`; the shape every environment's data preparation writes) and how the
 files are read, each line validated, errors naming file and line (`read_prepared`, `read_split`,
-`read_prepared_dir`). The pipeline takes rows as the JSON objects they are (`PreparedRow.as_dict`);
-`round_robin` picks a split's first rows over task types (the local job's and the checkpoint
-evaluation's held-out subsets).
+`read_prepared_dir`). The pipeline takes rows as the JSON objects they are (`PreparedRow.as_dict`;
+`split_rows`: a split of the configured environment so); `round_robin` picks a split's first
+rows over task types (the local job's and the checkpoint evaluation's held-out subsets).
 """
 
 from __future__ import annotations
@@ -99,6 +99,12 @@ def split_names(prepared_dir: str | Path) -> list[str]:
 def read_split(prepared_dir: str | Path, split: str) -> list[PreparedRow]:
     """The rows of `<prepared_dir>/<split>.jsonl`."""
     return read_prepared(Path(prepared_dir) / f"{split}.jsonl")
+
+
+def split_rows(cfg: Config, split: str) -> list[dict[str, Any]]:
+    """The rows of one prepared split of the configured environment, as the pipeline takes
+    them."""
+    return [row.as_dict() for row in read_split(environment_prepared_dir(cfg), split)]
 
 
 def read_prepared_dir(prepared_dir: str | Path,

@@ -1,13 +1,13 @@
 """A fused RMSNorm for the GPU decode path of Llama-style models.
 
 Owns `use_fused_rms_norm`. transformers' Llama-style `RMSNorm.forward` is eight kernels (cast,
-square, mean, add, rsqrt, multiply, cast, scale by the weight); a decode step of SmolLM2 runs 61
-of them, so at a captured step's ~1-3 us per kernel they are ~15% of it. Under
-`torch.inference_mode` (the decoders' forwards) the swapped modules compute the same thing with
-`torch.nn.functional.rms_norm` in float32 (one fused kernel on CUDA), then cast and scale by the
-weight as the original does; training and `no_grad` forwards take the stock path. The swap keeps
-each module's class a subclass of its own, its parameters and its state dict. Only classes known
-to compute `weight * norm(x)` are switched (not Gemma's `(1 + weight)`).
+square, mean, add, rsqrt, multiply, cast, scale by the weight), a share of a captured decode step
+worth removing (docs/design.md §6.2). Under `torch.inference_mode` (the decoders' forwards) the
+swapped modules compute the same thing with `torch.nn.functional.rms_norm` in float32 (one fused
+kernel on CUDA), then cast and scale by the weight as the original does; training and `no_grad`
+forwards take the stock path. The swap keeps each module's class a subclass of its own, its
+parameters and its state dict. Only classes known to compute `weight * norm(x)` are switched (not
+Gemma's `(1 + weight)`).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from evolving_rl.local.kv_cache import LayerKV
+from evolving_rl.local.engine.kv_cache import LayerKV
 
 
 @dataclass(frozen=True)

@@ -1,21 +1,21 @@
 """The in-process policy: an HF causal LM behind the pipeline's `PolicyClient` interface.
 
 Owns `LocalPolicy`: `generate` (async, what the episode loop awaits) hands each request to one
-engine thread that runs a continuous batch (`evolving_rl.local.decoder.Decoder`). When the engine
-is idle, the first request waits `window_s` for concurrent ones so that they are encoded
-together; while it decodes, requests that arrive join the running batch at the next step (up to
-`max_batch` rows), and each finished row's result is handed back at once. The event loop is
-never blocked: env and retrieval I/O of other episodes proceed while the model runs.
-`generate_batch` decodes a list of prompts synchronously through the same decoder (tests,
-benchmarks); do not call it while the engine thread is serving.
+engine thread that runs a continuous batch (`decoder.Decoder`). When the engine is idle, the first
+request waits `window_s` for concurrent ones so that they are encoded together; while it decodes,
+requests that arrive join the running batch at the next step (up to `max_batch` rows), and each
+finished row's result is handed back at once. The event loop is never blocked: env and retrieval I/O
+of other episodes proceed while the model runs. `generate_batch` decodes a list of prompts
+synchronously through the same decoder (tests, benchmarks); do not call it while the engine thread
+is serving.
 
 Returned ids are exactly the sampled ones; returned log-probs are the raw model's (temperature
-1, before top-k/top-p), which is what the trainer recomputes (`trainer.token_log_probs`). A KV
+1, before top-k/top-p), which is what the trainer recomputes (`local.trainer.token_log_probs`). A KV
 prefix stored by an earlier call is reused when a prompt extends it (multi-turn episodes then
 encode only their new observation block). The model is shared with the trainer: do not train
 while a rollout generates, and call `weights_changed` after every optimiser step so that no KV
 computed with the old weights is reused. On CPU the model's linear layers decode with transposed
-weight copies (`evolving_rl.local.linear_layout`), rebuilt after each weight update.
+weight copies (`linear_layout`), rebuilt after each weight update.
 
 `decode_backend` picks the decoder: "dynamic" (`Decoder`: a KV cache that grows with the batch,
 the CPU path), "static" (`StaticDecoder`: `max_batch` pre-allocated KV slots of `static_tokens`
@@ -40,11 +40,11 @@ from typing import Any
 import torch
 
 from evolving_rl.clients.policy import FinishReason, Generation, PolicyError, SamplingParams
-from evolving_rl.local.decoder import Decoder, DecodeStats
-from evolving_rl.local.kv_cache import PrefixCache, full_attention_only
-from evolving_rl.local.linear_layout import use_transposed_weights
-from evolving_rl.local.slot_engine import SlotEngine
-from evolving_rl.local.static_decode import StaticDecoder
+from evolving_rl.local.engine.decoder import Decoder, DecodeStats
+from evolving_rl.local.engine.kv_cache import PrefixCache, full_attention_only
+from evolving_rl.local.engine.linear_layout import use_transposed_weights
+from evolving_rl.local.engine.slot_engine import SlotEngine
+from evolving_rl.local.engine.static_decode import StaticDecoder
 
 logger = logging.getLogger(__name__)
 

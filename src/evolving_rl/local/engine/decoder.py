@@ -1,20 +1,20 @@
 """Batched decoding with rows that join and leave at any step (continuous batching).
 
-Owns `Decoder` (the running batch: KV cache, attention mask, positions, the next token of every
-row), `sample_tokens` and `DecodeStats`. The KV cache is a `GrowingCache` (written in place, not
-concatenated each step). `admit` encodes new prompts — reusing stored KV prefixes
-(`evolving_rl.local.kv_cache`) — samples their first token and merges them into the running
-batch, left-padding whichever side is shorter; `step` feeds every row's last token, samples the
-next and retires the rows that finished: an end-of-sequence id, one of the row's `stop` strings
-(checked on the decoded generation; the ids that completed it are kept, like SGLang's
-`no_stop_trim`), or its `max_new_tokens`. A retired row's KV is stored for later prompts that
-extend it and its `Generation` is handed to the `done` callback at once, so an episode can step
-its environment while the other rows keep decoding. Position ids always come from the attention
-mask, so padding never shifts a token's position.
+Owns `Decoder` (the running batch: KV cache, attention mask, positions, the next token of every row)
+and `DecodeStats`. The KV cache is a `GrowingCache` (written in place, not concatenated each step).
+`admit` encodes new prompts — reusing stored KV prefixes (`kv_cache`) — samples their first token
+and merges them into the running batch, left-padding whichever side is shorter; `step` feeds every
+row's last token, samples the next and retires the rows that finished: an end-of-sequence id, one of
+the row's `stop` strings (checked on the decoded generation; the ids that completed it are kept,
+like SGLang's `no_stop_trim`), or its `max_new_tokens`. A retired row's KV is stored for later
+prompts that extend it and its `Generation` is handed to the `done` callback at once, so an episode
+can step its environment while the other rows keep decoding. Position ids always come from the
+attention mask, so padding never shifts a token's position.
 
 Log-probs are those of the raw model (log-softmax of the logits at temperature 1, before top-k /
-top-p), the old log-probs PPO needs and what the trainer recomputes; sampling itself uses the
-temperature-scaled, filtered distribution (temperature 0: greedy).
+top-p), the old log-probs PPO needs and what the trainer recomputes; sampling itself
+(`sampling.sample_tokens`) uses the temperature-scaled, filtered distribution (temperature 0:
+greedy).
 """
 
 from __future__ import annotations
@@ -28,14 +28,15 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from evolving_rl.clients.policy import FinishReason, Generation, SamplingParams
-from evolving_rl.local.growing_cache import GrowingCache
-from evolving_rl.local.kv_cache import (
+from evolving_rl.local.engine.growing_cache import GrowingCache
+from evolving_rl.local.engine.kv_cache import (
     Prefill,
     PrefixCache,
     assemble_prefill,
     cache_layers,
     shared_prefixes,
 )
+from evolving_rl.local.engine.sampling import sample_tokens
 
 STOP_MARGIN = 8  # tokens decoded beyond the longest stop string's length (see _stop_completed)
 # Prefill attention backends: not cuDNN's, whose per-shape plan build cost ~1.4 ms per layer call
@@ -57,56 +58,6 @@ class DecodeStats:
     busy_s: float = 0.0
     admit_s: float = 0.0
     shared_prefix_tokens: int = 0
-
-
-def _filtered_probs(logits: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
-    """Probabilities of one row after temperature, top-k and top-p."""
-    scaled = logits / sampling.temperature
-    if 0 < sampling.top_k < scaled.numel():
-        kth = torch.topk(scaled, sampling.top_k).values[-1]
-        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-    probs = torch.softmax(scaled, dim=-1)
-    if sampling.top_p < 1.0:
-        sorted_probs, order = torch.sort(probs, descending=True)
-        before = sorted_probs.cumsum(-1) - sorted_probs  # mass strictly before each token
-        sorted_probs = sorted_probs.masked_fill(before >= sampling.top_p, 0.0)
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
-    return probs
-
-
-def _draw(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-    """One index drawn from `probs` [vocab] by inverting its CDF with one uniform number.
-
-    Same distribution as `torch.multinomial(probs, 1)`, which on CPU draws an exponential variate
-    per vocabulary entry (1.5 ms of a 60 ms decode step for SmolLM2's 49k tokens, per row);
-    zero-probability entries are never chosen (their CDF step is empty).
-    """
-    cdf = probs.cumsum(-1)
-    return torch.searchsorted(cdf, uniform * cdf[-1], right=True).clamp_max(probs.numel() - 1)
-
-
-def draw_uniforms(samplings: Sequence[SamplingParams], generator: torch.Generator,
-                  device: torch.device) -> torch.Tensor | None:
-    """One uniform number per sampled (temperature > 0) row, in row order, from one call: the
-    static decoder (`evolving_rl.local.static_decode`) draws the same numbers in the same order."""
-    sampled = sum(s.temperature != 0.0 for s in samplings)
-    return torch.rand(sampled, generator=generator, device=device) if sampled else None
-
-
-def sample_tokens(logits: torch.Tensor, samplings: Sequence[SamplingParams],
-                  generator: torch.Generator) -> torch.Tensor:
-    """One token per row of `logits` [rows, vocab] under that row's sampling parameters."""
-    logits = logits.float()
-    uniforms = draw_uniforms(samplings, generator, logits.device)
-    tokens = torch.empty(logits.shape[0], dtype=torch.long, device=logits.device)
-    drawn = 0
-    for row, sampling in enumerate(samplings):
-        if sampling.temperature == 0.0:
-            tokens[row] = torch.argmax(logits[row])
-        else:
-            tokens[row] = _draw(_filtered_probs(logits[row], sampling), uniforms[drawn])
-            drawn += 1
-    return tokens
 
 
 @dataclass
@@ -305,6 +256,7 @@ def _left_pad(tensor: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def ensure_eval(model: torch.nn.Module) -> None:
-    """`model.eval()` unless it already is (the recursive call costs ~0.2 ms per step)."""
+    """`model.eval()` unless it already is (its recursive call is not free: docs/design.md
+    §6.2)."""
     if model.training:
         model.eval()

@@ -1,9 +1,8 @@
 """A KV cache for decoding that grows in chunks instead of concatenating every step.
 
 Owns `GrowingCache` and its layer. transformers' `DynamicCache` appends each decode step's keys
-and values with `torch.cat`, which copies the whole cache of every layer every step: with 8 rows
-of 1,000 tokens on SmolLM2 that is ~370 MB of copying per generated token, as much memory traffic
-as reading the weights. Here each layer keeps a buffer with spare room at the end (a multiple
+and values with `torch.cat`, which copies the whole cache of every layer every step (what that
+cost: docs/design.md §6.2). Here each layer keeps a buffer with spare room at the end (a multiple
 of `CHUNK` tokens), writes new keys/values in place and hands attention a view of the filled part;
 the buffer is reallocated only when it is full. Selecting batch rows selects from the buffer, so
 the spare room survives rows leaving the batch.

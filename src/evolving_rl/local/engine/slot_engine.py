@@ -1,19 +1,18 @@
 """The device side of static decoding: per-slot buffers, one decode step, its CUDA graphs.
 
-Owns `SlotEngine`, `StepShape` and `sample_rows`. The engine holds a `SlotCache` and, per slot,
-the token to feed next, whether the slot is active, its sampling parameters (temperature, top-k,
+Owns `SlotEngine` and `StepShape`. The engine holds a `SlotCache` and, per slot, the token to feed
+next, whether the slot is active, its sampling parameters (temperature, top-k,
 top-p), the uniform number its next draw uses and its result [token, log-prob].
 `step(StepShape(rows, window, filtered))` runs the model on the first `rows` slots over the first
 `window` KV columns: positions are the slot lengths, the 4D mask lets each row see its own
-columns 0..length (attention by `evolving_rl.local.decode_attention`), sampling (top-k / top-p
-only when `filtered`) and the chosen tokens' log-probs are computed on the device
-(`sample_rows`), the sampled tokens become the next feed and active slots' lengths grow by one;
+columns 0..length (attention by `decode_attention`), sampling (`sampling.sample_rows`; top-k /
+top-p only when `filtered`) and the chosen tokens' log-probs are computed on the device, the
+sampled tokens become the next feed and active slots' lengths grow by one;
 nothing is copied to the host. On CUDA each shape is captured once as a CUDA graph (row buckets
 1, 2, 4, ... up to the slot count; windows 128, 256, ... up to the capacity) and replayed, which
 removes the per-kernel launch cost that dominates a small model's decode step; elsewhere the
-step runs eagerly. On CUDA the model's RMSNorms are fused for inference
-(`evolving_rl.local.fused_norm`). The graphs read the model's parameters in place, so in-place
-optimiser updates need no re-capture.
+step runs eagerly. On CUDA the model's RMSNorms are fused for inference (`fused_norm`). The
+graphs read the model's parameters in place, so in-place optimiser updates need no re-capture.
 """
 
 from __future__ import annotations
@@ -24,10 +23,11 @@ from typing import NamedTuple
 import torch
 
 from evolving_rl.clients.policy import SamplingParams
-from evolving_rl.local.decode_attention import decode_attention_for
-from evolving_rl.local.fused_norm import use_fused_rms_norm
-from evolving_rl.local.kv_cache import LayerKV
-from evolving_rl.local.slot_cache import CopyPlan, SlotCache
+from evolving_rl.local.engine.decode_attention import decode_attention_for
+from evolving_rl.local.engine.fused_norm import use_fused_rms_norm
+from evolving_rl.local.engine.kv_cache import LayerKV
+from evolving_rl.local.engine.sampling import sample_rows
+from evolving_rl.local.engine.slot_cache import CopyPlan, SlotCache
 
 MIN_WINDOW = 128  # smallest KV window bucket (tokens); the capacity is a multiple of it
 
@@ -52,33 +52,6 @@ def buckets(limit: int, smallest: int = 1) -> list[int]:
 def bucket_for(value: int, sizes: list[int]) -> int:
     """The smallest of `sizes` (ascending) that is at least `value`."""
     return next(size for size in sizes if size >= value)
-
-
-def sample_rows(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
-                top_p: torch.Tensor, uniforms: torch.Tensor, filtered: bool = True) -> torch.Tensor:
-    """Per row of `logits` [rows, vocab] float: argmax where temperature is 0, else the token
-    whose CDF step holds that row's uniform, under temperature, top-k (<= 0: off) and top-p —
-    the per-row arithmetic of `evolving_rl.local.decoder.sample_tokens`, for all rows at once.
-    `filtered=False` skips top-k and top-p (and their sorts): only for rows that use neither."""
-    vocab = logits.shape[-1]
-    scaled = logits / torch.where(temperature > 0, temperature, 1.0)[:, None]
-    probs = _filtered(scaled, top_k, top_p) if filtered else torch.softmax(scaled, dim=-1)
-    cdf = probs.cumsum(-1)
-    drawn = torch.searchsorted(cdf, (uniforms * cdf[:, -1])[:, None], right=True)[:, 0]
-    return torch.where(temperature > 0, drawn.clamp_max(vocab - 1), logits.argmax(-1))
-
-
-def _filtered(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Probabilities after top-k then top-p, row by row (off where top_k <= 0, top_p >= 1)."""
-    vocab = scaled.shape[-1]
-    k = torch.where((top_k > 0) & (top_k < vocab), top_k, vocab)
-    kth = scaled.sort(-1, descending=True).values.gather(1, (k - 1)[:, None])
-    probs = torch.softmax(scaled.masked_fill(scaled < kth, float("-inf")), dim=-1)
-    sorted_probs, order = torch.sort(probs, descending=True)
-    before = sorted_probs.cumsum(-1) - sorted_probs  # mass strictly before each token
-    nucleus = torch.zeros_like(probs).scatter(
-        -1, order, sorted_probs.masked_fill(before >= top_p[:, None], 0.0))
-    return torch.where((top_p < 1.0)[:, None], nucleus, probs)
 
 
 class SlotEngine:

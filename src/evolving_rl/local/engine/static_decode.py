@@ -1,10 +1,11 @@
 """Continuous batching over a static per-slot KV cache: the decode path that keeps a GPU busy.
 
 Owns `StaticDecoder`, a `Decoder` whose running rows live in the slots of a `SlotEngine`
-(`evolving_rl.local.slot_engine`). Admission is the dynamic decoder's (one prefill with prefix
-reuse, first token sampled as there); each row that keeps running then has its KV copied into
+(`slot_engine`). Admission is the dynamic decoder's (one prefill with prefix reuse, first token
+sampled as there); each row that keeps running then has its KV copied into
 the lowest free slot. A step draws the uniforms of the sampled rows in one call, in row order —
-the numbers `Decoder` draws, so with one seed both decoders sample the same tokens — runs the
+the numbers `Decoder` draws (`sampling.draw_uniforms`), so with one seed both decoders sample the
+same tokens — runs the
 engine on the smallest row bucket that holds every occupied slot and the smallest KV window that
 holds every row's next column (a CUDA graph replay on a GPU), and copies [token, log-prob] of
 those slots to the host once: the step's only host sync. Stop strings and finish reasons are then
@@ -23,11 +24,12 @@ from collections.abc import Sequence
 import torch
 
 from evolving_rl.clients.policy import FinishReason, Generation
-from evolving_rl.local.decoder import Decoder, Done, Row, draw_uniforms, ensure_eval
-from evolving_rl.local.growing_cache import GrowingCache
-from evolving_rl.local.kv_cache import PrefixCache, cache_layers
-from evolving_rl.local.slot_cache import CopyPlan
-from evolving_rl.local.slot_engine import SlotEngine, StepShape, bucket_for
+from evolving_rl.local.engine.decoder import Decoder, Done, Row, ensure_eval
+from evolving_rl.local.engine.growing_cache import GrowingCache
+from evolving_rl.local.engine.kv_cache import PrefixCache, cache_layers
+from evolving_rl.local.engine.sampling import draw_uniforms, filters
+from evolving_rl.local.engine.slot_cache import CopyPlan
+from evolving_rl.local.engine.slot_engine import SlotEngine, StepShape, bucket_for
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +129,7 @@ class StaticDecoder(Decoder):
         shape = StepShape(
             rows=bucket_for(max(row.slot for row in self.rows) + 1, engine.row_buckets),
             window=bucket_for(max(_cached(row) for row in self.rows) + 1, engine.windows),
-            filtered=any(0 < row.sampling.top_k or row.sampling.top_p < 1.0 for row in self.rows))
+            filtered=filters([row.sampling for row in self.rows]))
         engine.step(shape)
         results = engine.result[:shape.rows].tolist()  # the step's one host sync
         self.stats.steps += 1

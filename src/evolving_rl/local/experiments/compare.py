@@ -1,13 +1,13 @@
 """Methods x seeds of one local profile, run side by side on one machine, and their aggregate.
 
-    python -m evolving_rl.local.compare --config configs/local_gpu.yaml --seeds 0,1,2 \\
-        --methods evolving,grpo_baseline --parallel 6 --out runs/local_gpu_compare
+    python -m evolving_rl.local.experiments.compare --config configs/local_gpu.yaml \\
+        --seeds 0,1,2 --methods evolving,grpo_baseline --parallel 6 --out runs/local_gpu_compare
 
 Owns the plan (one run per (method, seed): `pipeline.method`, `run.seed`, its own output folder
 `<out>/<method>_seed<seed>/`, its own loopback ports and server log folders), the launch (the
 shared data, retrieval cache and model are prepared once here, then every run is a child process
 `python -m evolving_rl.local`, at most `--parallel` at a time, its output in `<run>/job.log`) and
-the aggregate (`local.compare_report`: curves and held-out table, mean ± std over seeds).
+the aggregate (`compare_report`: curves and held-out table, mean ± std over seeds).
 
 Ports: every config field named `port` or `*_port` is shifted by `run index x stride`, the
 smallest stride (a multiple of `PORT_BLOCK`) at which the blocks of `PORT_BLOCK` ports from each
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from evolving_rl.config import ConfigError, load_config, to_dict
 from evolving_rl.config.schema import Config, PipelineConfig
-from evolving_rl.local.compare_report import write_report
+from evolving_rl.local.experiments.compare_report import write_report
 
 logger = logging.getLogger(__name__)
 
@@ -98,8 +98,8 @@ def plan_runs(cfg: Config, methods: list[str], seeds: list[int], out: Path) -> l
 def prepare_shared(cfg: Config) -> None:
     """Data, retrieval cache and the converted model once, before the runs (each run then finds
     them ready instead of writing them at the same time as the others)."""
-    from evolving_rl.local.job import build_retrieval_cache, env_services
     from evolving_rl.local.model import resolve_model_path
+    from evolving_rl.local.servers import build_retrieval_cache, env_services
 
     env_services(cfg).prepare_data(cfg)
     build_retrieval_cache(cfg)
@@ -108,7 +108,7 @@ def prepare_shared(cfg: Config) -> None:
 
 def launch(run: PlannedRun, config: str, overrides: list[str]) -> int:
     """Run one child job to its end; its stdout and stderr go to `<run>/job.log`. The child
-    gets SIGTERM if this process dies first (and its servers with it: `local.job.servers`)."""
+    gets SIGTERM if this process dies first (and its servers with it: `local.servers.servers`)."""
     from env.launch import dies_with_parent
     from evolving_rl.local.job import LAUNCHER_LOG, archive_previous_run
 

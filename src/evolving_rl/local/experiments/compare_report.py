@@ -12,7 +12,7 @@ Owns `write_report(runs, out)`: reads each run's `metrics.jsonl` and writes into
   steps to its last `WINDOW`, as mean ± sample std over seeds, with every seed's own numbers;
   and the held-out wins after training pooled over seeds per method and arm, each arm against
   the GRPO baseline's no-skill arm by a two-sided Fisher exact test (`core.stats`).
-Pure reading and arithmetic; the runs themselves are `local.compare`'s.
+Pure reading and arithmetic; the runs themselves are `local.experiments.compare`'s.
 """
 
 from __future__ import annotations
