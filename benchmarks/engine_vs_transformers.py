@@ -5,7 +5,7 @@
         [--rounds 3] [--random-init qwen2.5-0.5b|CONFIG_DIR] [--cb-graphs auto]
         [--cb-transposed] [--budget-s S] [--tiny]
 
-The decision of docs/design.md §6 ("The inference engine: a measured decision"): keep our engine
+The decision of docs/design.md §6.7 ("The inference engine: a measured decision"): keep our engine
 only where transformers' `ContinuousBatchingManager` (what `generate_batch` wraps) is more than
 1.3x slower on the same work, or does not give the raw temperature-1 log-probs the trainer needs.
 
