@@ -74,6 +74,11 @@ RUNS = (
             (rf"generation batched .*\n.*batched / sequential throughput: {RATIO};",
              rf"episodes batched .*\n.*batched / sequential throughput: {RATIO} \(target",
              rf"GRPO step / bare throughput: {RATIO}"), smollm2=True),
+    TinyRun("engine_vs_transformers", (),
+            (r"round 1 ours +: 16 new tokens .* max \|log-prob - reference\| \d\.\d\de-\d\d",
+             r"round 1 cb-auto +: 16 new tokens .* max \|log-prob - reference\| \d\.\d\de-\d\d",
+             rf"SUMMARY cpu float32 .* cb-auto/ours {RATIO} \(paired per round {RATIO}\), "
+             r"qualifies (yes|no)"), smollm2=True),
     TinyRun("solver_probe", DATA_SETS,
             (r"verbatim : admissible replies \d\.\d\d of [1-9]",
              r"number   : admissible replies \d\.\d\d of [1-9]",
