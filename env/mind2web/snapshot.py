@@ -45,9 +45,10 @@ PLAIN_TYPES = frozenset({"text", "button", "submit"})
 # The cleaned DOM writes each element's backend id first; the tokenizer takes it, so most tags
 # need no attribute parse. The first alternative takes a whole leaf (`<a ...><text ...>Go</text>
 # </a>`, most of a page) as one token: exactly the three tokens of the other alternatives (its tag
-# name is not cut short, so it closes only itself).
-_LEAF = (r"<([A-Za-z][\w:.-]*)(?![\w:.-])(?:\s+backend_node_id=\"([^\">]+)\")?([^>]*)>"
-         r"<text\b[^>]*>([^<]*)</text></\1>")
+# name is never cut short, so it closes only itself); possessive and atomic, so that an element
+# that is no leaf is refused at once.
+_LEAF = (r"<([A-Za-z][\w:.-]*+)(?>(?:\s+backend_node_id=\"([^\">]+)\")?)([^>]*+)>"
+         r"<text\b[^>]*+>([^<]*+)</text></\1>")
 _TOKEN = re.compile(_LEAF + r"|<text\b[^>]*>([^<]*)</text>|<(/?)([A-Za-z][\w:.-]*)"
                     r"(?:\s+backend_node_id=\"([^\">]+)\")?([^>]*)>"
                     r"|<!--.*?-->|<![^>]*>|([^<]+)", re.S)
@@ -55,6 +56,7 @@ _ATTR_DQ = re.compile(r'([^\s=/>]+)="([^"]*)"')  # the cleaned DOM's own spellin
 _ATTR = re.compile(r"""([^\s=/>]+)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+)))?""")
 _LIMIT = NAME_WORDS + 1  # the words of a subtree kept (enough to know a name is cut)
 _SHOWN_KEYS = frozenset(SHOWN_ATTRS) | {"input_checked", "option_selected"}
+_NO_LEAF = VOID_TAGS | {"text"}  # tags whose leaf token is read as its three tokens
 
 
 def clean(text: str) -> str:
@@ -157,7 +159,7 @@ def parse(page: str) -> _Node:
          data) in _TOKEN.findall(page):
         if leaf:
             tag = leaf.lower()
-            if tag in VOID_TAGS or tag == "text" or leaf_raw.endswith("/"):  # as three tokens
+            if tag in _NO_LEAF or leaf_raw.endswith("/"):  # as its three tokens
                 parser.open(tag, leaf_id, leaf_raw)
                 parser.text(leaf_text)
                 parser.close(tag)
@@ -294,7 +296,7 @@ def build_snapshot(page: str) -> Snapshot:
     """The listing of `page` (a cleaned_html string) and its elements, refs e1, e2, ..."""
     lines: list[str] = []
     entries: list[_Entry] = []
-    kinds: dict[tuple[str, str], tuple[str, ...]] = {}  # one tuple per (role, tag) of a page
+    kinds: dict[str, tuple[str, tuple[str, ...]]] = {}  # tag -> (role, roles + tags), shared
     pending = parse(page).children[::-1]
     while pending:
         node = pending.pop()
@@ -319,12 +321,14 @@ def build_snapshot(page: str) -> Snapshot:
                 lines.append(f"[e{len(entries) + 1}] {listed[0]}")
                 entries.append(listed[1])
         else:  # the common case: one element whose only attribute is its backend id
-            role = TAG_ROLES.get(tag, "")
-            name = _name(node.words)
+            role_kind = kinds.get(tag)
+            if role_kind is None:
+                role = TAG_ROLES.get(tag, "")
+                role_kind = kinds[tag] = (role, (role, tag) if role else (tag,))
+            role, kind = role_kind
+            words = node.words
+            name = " ".join(words) if len(words) <= NAME_WORDS else _name(words)
             if role or name or not children:
-                kind = kinds.get((role, tag))
-                if kind is None:
-                    kind = kinds[role, tag] = (role, tag) if role else (tag,)
                 lines.append(f'[e{len(entries) + 1}] {role or tag} "{name}"')
                 entries.append(((attrs["backend_node_id"],), kind, name, ()))
         if children:
