@@ -264,21 +264,26 @@ def compare(bench: Workbench, clients: int, passes: int, won: list[int]) -> Tall
 
 
 def cold_builds(bench: Workbench) -> float:
-    """Median seconds of building a page's snapshot from its cleaned_html, nothing cached, by
-    today's builder; the builder before it (`benchmarks.snapshot_before`) on the same pages,
-    alternating, for the ratio."""
+    """Median wall seconds of building a page's snapshot from its cleaned_html, nothing cached,
+    by today's builder; its median CPU time, and that of the builder before it
+    (`benchmarks.snapshot_before`) on the same pages, alternating, for the ratio (CPU time: on a
+    busy machine wall time also counts the waits for a core)."""
     pages = [step.cleaned_html for r in bench.replays for step in bench.store.task(r.key).steps]
-    times: dict[Callable, list[float]] = {build_snapshot: [], snapshot_before.build_snapshot: []}
+    wall: list[float] = []
+    cpu: dict[Callable, list[float]] = {build_snapshot: [], snapshot_before.build_snapshot: []}
     for page in pages:
-        for build, spent in times.items():
-            start = time.perf_counter()
+        for build, spent in cpu.items():
+            start = time.perf_counter(), time.thread_time()
             build(page)
-            spent.append(time.perf_counter() - start)
-    now, before = (sorted(t)[len(t) // 2] for t in times.values())
-    logger.info("cold snapshot build, %d pages of ~%.0f elements: p50 %.1f ms, max %.1f ms; the "
-                "builder before: p50 %.1f ms (%.2fx)", len(pages), bench.elements, now * 1000,
-                max(times[build_snapshot]) * 1000, before * 1000, before / max(now, 1e-9))
-    return now
+            spent.append(time.thread_time() - start[1])
+            if build is build_snapshot:
+                wall.append(time.perf_counter() - start[0])
+    now, before = (_median(t) for t in cpu.values())
+    logger.info("cold snapshot build, %d pages of ~%.0f elements: p50 %.1f ms wall, max %.1f ms, "
+                "%.1f ms CPU; the builder before: p50 %.1f ms CPU (%.2fx)", len(pages),
+                bench.elements, _median(wall) * 1000, max(wall) * 1000, now * 1000,
+                before * 1000, before / max(now, 1e-9))
+    return _median(wall)
 
 
 MISTAKES: tuple[tuple[str, str, object], ...] = (
@@ -409,21 +414,22 @@ COLD_PATHS = ("before", "thread", "pool")
 
 @dataclass
 class ColdRun:
-    """One cold pass: its tally and the CPU seconds of the server's process tree and of the
-    clients (this process) while it ran."""
+    """One cold pass: its tally and the CPU seconds, while it ran, of the server process, of its
+    children (the snapshot pool) and of the clients (this process)."""
 
     tally: Tally
-    server_cpu_s: float
-    client_cpu_s: float
+    cpu_s: tuple[float, float, float]  # server, pool, clients
 
-    @property
-    def cpu_ms_per_step(self) -> float:
-        return 1000 * (self.server_cpu_s + self.client_cpu_s) / max(len(self.tally.steps), 1)
+    def cpu_ms_per_step(self, which: int | None = None) -> float:
+        spent = sum(self.cpu_s) if which is None else self.cpu_s[which]
+        return 1000 * spent / max(len(self.tally.steps), 1)
 
 
-def _tree_cpu_s(server: psutil.Process) -> float:
-    """User + system CPU seconds of `server` and its children (the snapshot pool)."""
-    return sum(sum(p.cpu_times()[:2]) for p in [server, *server.children(recursive=True)])
+def _cpu_s(server: psutil.Process) -> tuple[float, float, float]:
+    """User + system CPU seconds so far of `server`, of its children and of this process."""
+    return (sum(server.cpu_times()[:2]),
+            sum(sum(p.cpu_times()[:2]) for p in server.children(recursive=True)),
+            time.process_time())
 
 
 def _cold_pass(base: Path, root: Path, name: str, replays: list[Replay], clients: int,
@@ -446,9 +452,9 @@ def _cold_pass(base: Path, root: Path, name: str, replays: list[Replay], clients
         started.append(cfg)
         server = psutil.Process(launch.start(cfg))
     try:
-        cpu = _tree_cpu_s(server), time.process_time()
+        before = _cpu_s(server)
         tally = http_run(url, replays, clients, 1)
-        return ColdRun(tally, _tree_cpu_s(server) - cpu[0], time.process_time() - cpu[1])
+        return ColdRun(tally, tuple(b - a for a, b in zip(before, _cpu_s(server), strict=True)))
     finally:
         if proc is not None:
             stop_process(proc)
@@ -485,13 +491,14 @@ def cold_targets(base: Path, args, won: list[int], started: list[Config]) -> lis
             won[1] += len(replays)
     for name, path_runs in runs.items():
         tallies = [r.tally for r in path_runs]
-        cpu = _median([r.cpu_ms_per_step for r in path_runs])
+        cpu = [_median([r.cpu_ms_per_step(which) for r in path_runs])
+               for which in (None, 0, 1, 2)]
         logger.info("cold pages %-6s medians over %d rounds: step p50/p99 %.0f/%.0f ms, %.1f "
-                    "steps/s; CPU per step %.1f ms (server, pool and clients): %d clients on %d "
-                    "cores average >= %.0f ms a step", name, args.cold_rounds,
+                    "steps/s; CPU per step %.1f ms (server %.1f, pool %.1f, clients %.1f): %d "
+                    "clients on %d cores average >= %.0f ms a step", name, args.cold_rounds,
                     _median([t.pct(.5) for t in tallies]), _median([t.pct(.99) for t in tallies]),
-                    _median([t.rate for t in tallies]), cpu, args.clients, cores,
-                    cpu * args.clients / cores)
+                    _median([t.rate for t in tallies]), *cpu, args.clients, cores,
+                    cpu[0] * args.clients / cores)
     for new in ("thread", "pool"):
         pairs = list(zip([r.tally for r in runs["before"]], [r.tally for r in runs[new]],
                          strict=True))

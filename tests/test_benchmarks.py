@@ -61,7 +61,7 @@ RUNS = (
             (rf"ratio http/plain at 4 clients, ~\d+ elements: step p50 {RATIO}, throughput "
              rf"{RATIO}", r"gold replay: (\d+)/\1 episodes won",
              r"client mistakes: \d+ requests, 0 answered >= 500, 0 not as expected",
-             rf"the builder before: p50 \d+\.\d+ ms \({RATIO}\)",
+             rf"the builder before: p50 \d+\.\d+ ms CPU \({RATIO}\)",
              rf"ratio before/pool \(median of rounds\): step p99 {RATIO}, step p50 {RATIO}; "
              rf"throughput pool/before {RATIO}", r"cold pages pool .* CPU per step \d",
              r"(PASS|MISS) cold-page step p99",
