@@ -13,6 +13,7 @@ thread. A pool broken by a dead child is replaced, and that page built in the ca
 
 from __future__ import annotations
 
+import gc
 import logging
 import marshal
 import multiprocessing
@@ -43,9 +44,15 @@ def _die_with(parent: int) -> None:
 
 
 def _build_marshalled(page: str) -> bytes:
-    """In a pool process: the snapshot of `page` as marshalled (text, entries)."""
-    snapshot = build_snapshot(page)
-    return marshal.dumps((snapshot.text, snapshot.entries))
+    """In a pool process: the snapshot of `page` as marshalled (text, entries). The cyclic
+    garbage collector is off meanwhile: a build makes thousands of objects and no cycles, so
+    the collections they would trigger would only walk its live tree."""
+    gc.disable()
+    try:
+        snapshot = build_snapshot(page)
+        return marshal.dumps((snapshot.text, snapshot.entries))
+    finally:
+        gc.enable()
 
 
 class SnapshotBuilder:
