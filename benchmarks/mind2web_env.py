@@ -62,7 +62,7 @@ from env.mind2web.snapshot_pool import pool_size
 from env.mind2web.store import TaskKey, TaskStore
 from env.mind2web.validate import Action, expected_refs
 from evolving_rl.config import Config, parse_config
-from evolving_rl.core.web_metrics import REFERENCE_FALLBACK
+from evolving_rl.domains.mind2web_metrics import REFERENCE_FALLBACK
 
 logger = logging.getLogger("mind2web_env")
 TINY = {"small": 20, "large": 200, "tasks": 3, "large_tasks": 2, "clients": 4, "passes": 1,

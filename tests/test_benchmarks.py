@@ -27,7 +27,7 @@ DATA = "{data}"  # replaced by the generated games' root
 DATA_SETS = ("--set", f"alfworld.data_root={DATA}",
              "--set", f"alfworld.prepared_dir={DATA}/prepared")
 RATIO = r"\d+\.\d+x"
-HELPERS = {"cli"}  # modules of benchmarks/ that are not benchmarks
+HELPERS = {"cli", "snapshot_before"}  # modules of benchmarks/ that are not benchmarks
 
 logger = logging.getLogger(__name__)
 

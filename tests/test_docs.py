@@ -7,11 +7,11 @@ README.md. The file must exist, and a cited section must be a heading of that fi
 same doc. The old private note (upper-case DESIGN, with or without ".md") must not be cited
 anywhere: the repository describes itself in docs/design.md.
 
-The README's "## Files" tree names every module: each file under `TREE_ROOTS` (package
-`__init__.py` aside) has an entry of its own, or its folder has one whose text names the file's
-stem as a word (e.g. "grid" in the `src/evolving_rl/core/` entry). Entries are the tree's lines
-indented by 0 or 2 spaces (2: a child of the last 0-indented folder); deeper lines continue the
-entry above.
+The README's "## Files" tree has one line per file: each line is an entry (its name, then what it
+is), indented 2 spaces per level under the folder entry above it (a name ending in "/"). Every
+file under `TREE_ROOTS` (a package's `__init__.py` and `__pycache__` aside; the folders of
+`SUMMARISED` are one line each) has its own entry, every entry exists, and every file's says
+what the file is.
 
 The design's layer table (docs/design.md §1, rows "| layer | `unit` | owns |") names the code's
 units: every package and module directly under `src/evolving_rl`, and `env/`, is the unit of a
@@ -34,8 +34,9 @@ CITATION = re.compile(r"docs/([\w.-]+\.md)(?:\s*§\s*(\d+(?:\.\d+)*))?")
 SECTION_REF = re.compile(r"§\s*(\d+(?:\.\d+)*)")
 HEADING = re.compile(r"^#{2,6}\s+(\d+(?:\.\d+)*)[.\s]", re.MULTILINE)
 PRIVATE_NOTE = re.compile(r"\bDESIGN\b")
-TREE_ROOTS = {"src/evolving_rl": ".py", "env": ".py", "benchmarks": ".py", "scripts": ".sh",
-              "docs": ".md"}
+TREE_ROOTS = (".ci", "benchmarks", "configs", "docs", "env", "scripts", "src/evolving_rl",
+              "pyproject.toml")
+SUMMARISED = ("docs/figures/", "tests/", "slime/", "data/", "models/")
 LAYER_ROW = re.compile(r"^\|\s*\d+\s*\|\s*`([^`]+)`\s*\|(.*)\|\s*$", re.MULTILINE)
 ENUMERATED_UNITS = ("domains/", "env/")  # rows that name every module and package inside them
 
@@ -101,42 +102,61 @@ def test_no_citation_of_the_private_design_notes() -> None:
     assert not hits, "cites the private design notes:\n" + "\n".join(hits)
 
 
-def readme_tree() -> dict[str, str]:
-    """Entry path -> its text (continuation lines included), from the README's Files block."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+def readme_tree(readme: str) -> dict[str, str]:
+    """Entry path -> its text, from the README's Files block (folders end in "/")."""
     block = readme.split("## Files", 1)[1].split("```")[1]
     entries: dict[str, str] = {}
-    top = path = ""
+    folders: list[str] = []
     for line in block.splitlines():
-        indent = len(line) - len(line.lstrip(" "))
         if not line.strip():
             continue
-        if indent > 2:
-            entries[path] += " " + line.strip()
-            continue
+        depth = (len(line) - len(line.lstrip(" "))) // 2
         name, _, text = line.strip().partition(" ")
-        if indent == 0:
-            top = path = name
-        else:
-            path = top + name
-        entries[path] = text
+        del folders[depth:]
+        entries["".join(folders) + name] = text.strip()
+        if name.endswith("/"):
+            folders.append(name)
     return entries
 
 
-def test_readme_tree_names_every_module() -> None:
-    entries = readme_tree()
-    missing = []
-    for root, suffix in TREE_ROOTS.items():
-        for path in sorted((ROOT / root).rglob(f"*{suffix}")):
-            relative = path.relative_to(ROOT)
-            if path.name == "__init__.py" or "__pycache__" in relative.parts:
-                continue
-            folder = f"{relative.parent.as_posix()}/"
-            named = folder in entries and re.search(rf"\b{re.escape(path.stem)}\b",
-                                                    entries[folder])
-            if str(relative.as_posix()) not in entries and not named:
-                missing.append(str(relative))
-    assert not missing, "README Files tree does not name:\n" + "\n".join(missing)
+def tree_files(root: Path = ROOT) -> set[str]:
+    """The files the Files tree must name, relative to `root`."""
+    files = set()
+    for name in TREE_ROOTS:
+        paths = [root / name] if (root / name).is_file() else (root / name).rglob("*")
+        for path in paths:
+            relative = path.relative_to(root).as_posix()
+            if (path.is_file() and path.name != "__init__.py" and "__pycache__" not in path.parts
+                    and not relative.startswith(SUMMARISED)):
+                files.add(relative)
+    return files
+
+
+def readme_tree_problems(readme: str, root: Path = ROOT) -> list[str]:
+    entries = readme_tree(readme)
+    problems = [f"no line for {path}" for path in sorted(tree_files(root) - set(entries))]
+    problems += [f"{path}: no such file or folder" for path in entries
+                 if not (root / path).exists()]
+    problems += [f"{path}: says nothing" for path, text in entries.items()
+                 if not text and not path.endswith("/")]
+    return problems
+
+
+def test_readme_tree_has_a_line_for_every_file() -> None:
+    problems = readme_tree_problems((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert not problems, "README Files tree:\n" + "\n".join(problems)
+
+
+def test_the_readme_tree_check_catches_missing_stale_and_silent_lines(tmp_path) -> None:
+    (tmp_path / "env" / "alfworld").mkdir(parents=True)
+    for name in ("env/launch.py", "env/alfworld/router.py", "env/alfworld/__init__.py"):
+        (tmp_path / name).write_text("")
+    readme = ("## Files\n\n```\nenv/  servers\n  launch.py  spawn\n  alfworld/  games\n"
+              "    gone.py  moved away\n    router.py\n```\n")
+    assert readme_tree_problems(readme, tmp_path) == [
+        "env/alfworld/gone.py: no such file or folder", "env/alfworld/router.py: says nothing"]
+    assert readme_tree_problems(readme.replace("  launch.py  spawn\n", ""), tmp_path)[0] == (
+        "no line for env/launch.py")
 
 
 def layer_rows(design: str) -> dict[str, set[str]]:

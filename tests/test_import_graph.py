@@ -8,9 +8,10 @@ module of its own unit):
   0  core                     pure records and rules (stdlib only: tests/core/test_core_is_pure.py)
   1  config, losses           the typed schema and loader; the PPO-clip loss math (torch only)
   2  clients, retrieval        HTTP clients of the servers; embedding, cache and index
-  3  domains, env             environment adapters (prompts, parsing, packing samples); the
-                              ALFWorld and retrieval server processes
-  4  pipeline                 the four-stage rollout, its assembly, metrics and evaluation
+  3  domains                  environment adapters (prompts, parsing, metrics, packing samples)
+  4  pipeline, env            the four-stage rollout, its assembly, metrics and evaluation; the
+                              server processes (they read an adapter's pure modules: the one
+                              Mind2Web scoring rule, never the trainer)
   5  local, slime_bridge,     the embedded CPU/GPU backend (it starts the env servers); slime glue;
      skills                   the skill-library command (list, search, show, export)
   6  evaluate                 checkpoint evaluation (runs a checkpoint through the local backend
@@ -32,8 +33,8 @@ LAYERS = (
     {"evolving_rl", "core"},
     {"config", "losses"},
     {"clients", "retrieval"},
-    {"domains", "env"},
-    {"pipeline"},
+    {"domains"},
+    {"pipeline", "env"},
     {"local", "slime_bridge", "skills"},
     {"evaluate"},
     {"slime_hooks"},
@@ -113,6 +114,40 @@ def test_imports_point_down():
                 offenders.append(f"{MODULES[module].relative_to(ROOT)}:{line} ({source}, "
                                  f"layer {RANK[source]}) imports {target} (layer {RANK[dest]})")
     assert offenders == []
+
+
+ENVIRONMENTS = {m.split(".")[1] for m in MODULES if m.startswith("env.") and m.count(".") >= 2}
+
+
+def environment(module: str) -> str | None:
+    """The environment a module belongs to: `env.<name>.*` or `evolving_rl.domains.<name>*`
+    for each package `<name>` of `env/`; None for shared modules."""
+    parts = module.split(".")
+    if parts[0] == "env" and len(parts) > 2:
+        return parts[1]
+    if parts[:2] == ["evolving_rl", "domains"] and len(parts) > 2:
+        name = parts[2].split("_")[0]
+        return name if name in ENVIRONMENTS else None
+    return None
+
+
+def test_no_environment_imports_another():
+    """What two environments share lives in a shared module (`env/wire.py`, `core/actions.py`),
+    so a new environment copies nothing from another."""
+    offenders = [f"{module} imports {target}" for module in MODULES for _, target in
+                 imports(module) if environment(module) and environment(target)
+                 and environment(target) != environment(module)]
+    assert offenders == []
+
+
+def test_env_reads_only_pure_domain_modules():
+    """A server may import a domains module only if that module imports nothing but core (the
+    Mind2Web scoring rule): the adapters and the clients stay out of server processes."""
+    reached = {target for module in MODULES if unit(module) == "env"
+               for target in GRAPH[module] if unit(target) == "domains"}
+    impure = {module: [t for t in GRAPH[module] if unit(t) != "core"]
+              for module in reached | {"evolving_rl.domains"}}
+    assert {module: targets for module, targets in impure.items() if targets} == {}
 
 
 def strongly_connected(graph: dict[str, list[str]]) -> list[list[str]]:

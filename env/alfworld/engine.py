@@ -24,7 +24,7 @@ from concurrent.futures.process import BrokenProcessPool
 from env.alfworld.games import GameRef
 from env.alfworld.runtime import DownwardLib, Episode, GameRuntime
 from env.alfworld.translation import CompiledGame, compile_game, watch_parent
-from env.alfworld.wire import WireError
+from env.wire import WireError
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,8 @@ import time
 from dataclasses import dataclass, field
 
 from env.alfworld.runtime import TASK_PREFIX, Episode
-from env.alfworld.wire import EpisodeView, WireError, episode_worker, lost, unknown
+from env.alfworld.wire import EpisodeView, episode_worker, lost, unknown
+from env.wire import WireError
 
 UNLISTED_COMMANDS = frozenset({"help"})
 

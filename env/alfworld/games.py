@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from env.alfworld.wire import WireError
+from env.wire import WireError
 
 GAME_FILE = "game.tw-pddl"
 TRAJ_FILE = "traj_data.json"

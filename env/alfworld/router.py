@@ -24,17 +24,7 @@ import urllib3
 from flask import Flask, Response, jsonify, request
 
 from env.alfworld.pool import WorkerHandle, WorkerPool, worker_command
-from env.alfworld.wire import (
-    CloseRequest,
-    ResetRequest,
-    StepRequest,
-    WireError,
-    episode_worker,
-    install_error_handlers,
-    lost,
-    read_json_object,
-    unknown,
-)
+from env.alfworld.wire import CloseRequest, ResetRequest, StepRequest, episode_worker, lost, unknown
 from env.http_server import make_server
 from env.launch import (
     add_config_arguments,
@@ -43,6 +33,7 @@ from env.launch import (
     exit_on_sigterm,
     write_pid_file,
 )
+from env.wire import WireError, install_error_handlers, read_json_object
 from evolving_rl.config.schema import AlfworldConfig
 
 logger = logging.getLogger(__name__)

@@ -24,16 +24,10 @@ from flask import Flask, Response, jsonify, request
 from env.alfworld.engine import Engine
 from env.alfworld.episodes import EpisodeTable, Slot, task_text
 from env.alfworld.games import resolve_game
-from env.alfworld.wire import (
-    CloseRequest,
-    ResetRequest,
-    StepRequest,
-    WireError,
-    install_error_handlers,
-    read_json_object,
-)
+from env.alfworld.wire import CloseRequest, ResetRequest, StepRequest
 from env.http_server import make_server
 from env.launch import add_config_arguments, config_from_args, exit_on_sigterm, write_pid_file
+from env.wire import WireError, install_error_handlers, read_json_object
 from evolving_rl.config.schema import AlfworldConfig
 
 logger = logging.getLogger(__name__)

@@ -13,12 +13,11 @@ import re
 from typing import Any
 
 from flask import Flask, Response, jsonify
-from werkzeug.exceptions import HTTPException
 
-from env.alfworld.wire import WireError, bad_field, read_json_object
 from env.mind2web.episodes import MODES, Episode, EpisodeTable, result_json
 from env.mind2web.store import TaskKey, TaskStore
 from env.mind2web.validate import OPS, Action
+from env.wire import WireError, bad_field, install_error_handlers, read_json_object, string_field
 from evolving_rl.config.schema import Mind2WebConfig
 
 MAX_ID_CHARS = 256
@@ -27,30 +26,16 @@ MAX_VALUE_CHARS = 2000
 REF = re.compile(r"^e[1-9]\d{0,6}$")
 
 
-def _string(container: dict[str, Any], key: str, field: str, max_chars: int,
-            required: bool = True) -> str:
-    if key not in container and not required:
-        return ""
-    if key not in container:
-        raise bad_field(field, "missing")
-    value = container[key]
-    if not isinstance(value, str):
-        raise bad_field(field, f"must be a string, got {type(value).__name__}")
-    if len(value) > max_chars or (required and not value.strip()):
-        raise bad_field(field, f"must be a non-empty string of at most {max_chars} characters")
-    return value
-
-
 def _task_key(store: TaskStore, body: dict[str, Any]) -> TaskKey:
     task = body.get("task")
     if isinstance(task, str):
-        return store.locate_id(_string(body, "task", "task", MAX_ID_CHARS))
+        return store.locate_id(string_field(body, "task", MAX_ID_CHARS))
     if not isinstance(task, dict):
         raise bad_field("task", "must be an annotation id or {\"file\": ..., \"index\": N}")
     index = task.get("index")
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
         raise bad_field("task.index", "must be a non-negative integer")
-    return store.locate_file(_string(task, "file", "task.file", MAX_FILE_CHARS), index)
+    return store.locate_file(string_field(task, "file", MAX_FILE_CHARS, field="task.file"), index)
 
 
 def _mode(body: dict[str, Any]) -> str:
@@ -64,29 +49,14 @@ def _action(body: dict[str, Any]) -> Action:
     action = body.get("action")
     if not isinstance(action, dict):
         raise bad_field("action", "must be an object {\"op\", \"ref\", \"value\"}")
-    op = _string(action, "op", "action.op", 16).strip().upper()
+    op = string_field(action, "op", 16, field="action.op").strip().upper()
     if op not in OPS:
         raise bad_field("action.op", f"must be one of {', '.join(sorted(OPS))}")
-    ref = _string(action, "ref", "action.ref", 16).strip()
+    ref = string_field(action, "ref", 16, field="action.ref").strip()
     if not REF.match(ref):
         raise bad_field("action.ref", "must be an element ref like e12")
-    return Action(op, ref, _string(action, "value", "action.value", MAX_VALUE_CHARS, False))
-
-
-def _errors(app: Flask, cfg: Mind2WebConfig) -> None:
-    @app.errorhandler(WireError)
-    def _wire(err: WireError) -> Response:
-        return err.response()
-
-    @app.errorhandler(HTTPException)
-    def _http(err: HTTPException) -> Response:
-        status = err.code or 400
-        if status == 413:
-            return WireError(413, "body_too_large", f"body over {cfg.max_body_bytes} bytes",
-                             "body").response()
-        names = {404: "no_such_route", 405: "method_not_allowed"}
-        return WireError(status, names.get(status, "bad_request"),
-                         err.description or err.name).response()
+    return Action(op, ref, string_field(action, "value", MAX_VALUE_CHARS, field="action.value",
+                                       required=False))
 
 
 def create_app(cfg: Mind2WebConfig, store: TaskStore, table: EpisodeTable) -> Flask:
@@ -94,7 +64,7 @@ def create_app(cfg: Mind2WebConfig, store: TaskStore, table: EpisodeTable) -> Fl
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = cfg.max_body_bytes
     app.json.sort_keys = False
-    _errors(app, cfg)
+    install_error_handlers(app)
 
     @app.get("/health")
     def health() -> Response:
@@ -113,7 +83,7 @@ def create_app(cfg: Mind2WebConfig, store: TaskStore, table: EpisodeTable) -> Fl
     @app.post("/step")
     def step() -> Response:
         body = read_json_object()
-        episode_id = _string(body, "episode_id", "episode_id", 64)
+        episode_id = string_field(body, "episode_id", 64)
         action = _action(body)
         episode = table.get(episode_id)
         with episode.lock:
@@ -126,7 +96,7 @@ def create_app(cfg: Mind2WebConfig, store: TaskStore, table: EpisodeTable) -> Fl
 
     @app.post("/close")
     def close() -> Response:
-        episode_id = _string(read_json_object(), "episode_id", "episode_id", 64)
+        episode_id = string_field(read_json_object(), "episode_id", 64)
         table.pop(episode_id)
         return jsonify({"closed": episode_id})
 

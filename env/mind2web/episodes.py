@@ -16,10 +16,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from env.alfworld.wire import WireError
 from env.mind2web.store import TaskKey, TaskStore
 from env.mind2web.validate import Action, Result, judge
-from evolving_rl.core.web_metrics import STANDARD
+from env.wire import WireError
+from evolving_rl.domains.mind2web_metrics import STANDARD
 
 MODES = ("train", "eval")
 

@@ -27,9 +27,9 @@ from typing import Any
 import ijson
 from tqdm import tqdm
 
-from env.alfworld.wire import WireError
 from env.mind2web.snapshot import Snapshot, build_snapshot, clean
 from env.mind2web.validate import GoldStep
+from env.wire import WireError
 
 logger = logging.getLogger(__name__)
 

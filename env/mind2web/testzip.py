@@ -6,7 +6,7 @@ in `<root>/data/` (where users also put it) holding `test_task/`, `test_website/
 folder and the file name of a member are used, so no member can write elsewhere); two zips
 holding the same split are refused. Files are decrypted into a staging folder — by the compiled
 `unzip` where installed (`env.mind2web.unzip_tool`: the password typed at its prompt, never on a
-command line), else streamed by `zipfile` (bounded memory, ~1 MB/s) — under a progress bar
+command line), else streamed by `zipfile` (bounded memory, slower) — under a progress bar
 that says which, then each split folder is replaced by rename. A marker per zip (next to it:
 `.<zip>.extracted`, its size and mtime) makes a second run a no-op while the split folders
 exist. The password comes from the caller (the CLI reads $MIND2WEB_ZIP_PASSWORD); a missing or

@@ -1,7 +1,7 @@
 """Decrypting a ZipCrypto archive with the compiled `unzip` binary (Info-ZIP), when installed.
 
 Owns `unzip_available` and `unzip_members`. Python's `zipfile` decrypts ZipCrypto byte by byte
-(about 1 MB/s: some 9 minutes for the official ~568 MB Mind2Web test zip); `unzip` does it in C.
+in Python; `unzip` does it in C (the two timed in README "Mind2Web data").
 The password never appears on a command line or in an environment: `unzip` reads it from its
 controlling terminal, a pseudo-terminal this process holds (`setsid --ctty` makes it the child's),
 and it is written there only once `unzip` has turned echo off after its prompt. A second prompt

@@ -7,9 +7,9 @@ there; under `reference_fallback` (the reference's environment, kept for trainin
 action repr (`[role] text -> OP: value`) stands in: the chosen element must have an equivalent
 role and its text must contain, be contained in, or be similar (ratio >= 0.72) to the gold text.
 Either way such a match is reported as "fuzzy", so a client can score both rules. The operation
-F1 and the step's correctness are `core.web_metrics`'s (`op_f1` of the predicted and gold action
-strings, `step_success`): one definition for the server and the metrics. HOVER and ENTER count as
-CLICK (`op_correct`).
+F1 and the step's correctness are `evolving_rl.domains.mind2web_metrics`'s (`op_f1` of the
+predicted and gold action strings, `step_success`): one definition for the server and the
+adapter's metrics. HOVER and ENTER count as CLICK (`op_correct`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 
 from env.mind2web.snapshot import Element, Snapshot, clean
-from evolving_rl.core.web_metrics import (
+from evolving_rl.domains.mind2web_metrics import (
     CLICK_OPS,
     STANDARD,
     element_correct,

@@ -14,7 +14,7 @@ from env.alfworld.engine import Engine
 from env.alfworld.games import resolve_game
 from env.alfworld.runtime import DownwardLib, Episode
 from env.alfworld.translation import argv_kept, compile_game
-from env.alfworld.wire import WireError
+from env.wire import WireError
 
 
 def _stock(path: Path):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from env.mind2web.snapshot import build_snapshot
 from env.mind2web.validate import GoldStep, expected_refs
-from evolving_rl.core.web_metrics import REFERENCE_FALLBACK
+from evolving_rl.domains.mind2web_metrics import REFERENCE_FALLBACK
 from tests.fakes.scripted import SKILLS
 
 GOOD_CARD = f"Skill: {SKILLS['compact'].good['name']}"  # in the card of either format

@@ -23,8 +23,8 @@ from evolving_rl.core.grid import extractor_group_id, solver_group_id, step_grou
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import SampleStatus
 from evolving_rl.core.skill import SkillFormat
-from evolving_rl.core.web_metrics import split_metrics
 from evolving_rl.domains.mind2web import NO_ACTION, Mind2WebAdapter, step_outcomes
+from evolving_rl.domains.mind2web_metrics import split_metrics
 from evolving_rl.domains.registry import domain_for
 from evolving_rl.pipeline.context import PipelineContext, TaskCatalog, make_adapter
 from evolving_rl.pipeline.episode import run_episode

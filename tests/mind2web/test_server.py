@@ -23,7 +23,7 @@ from env.mind2web.snapshot import build_snapshot
 from env.mind2web.store import LRU, OUTSIDE, TaskStore
 from env.mind2web.validate import GoldStep, expected_refs
 from evolving_rl.config import Config, parse_config
-from evolving_rl.core.web_metrics import REFERENCE_FALLBACK
+from evolving_rl.domains.mind2web_metrics import REFERENCE_FALLBACK
 from tests.servers import health_latencies_under_slow_clients
 
 

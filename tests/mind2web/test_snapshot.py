@@ -20,7 +20,7 @@ from env.mind2web.generate import GenerateSpec, generate
 from env.mind2web.snapshot import build_snapshot, clean, parse
 from env.mind2web.snapshot_pool import SnapshotBuilder, pool_size
 from env.mind2web.validate import GoldStep, expected_refs
-from evolving_rl.core.web_metrics import REFERENCE_FALLBACK
+from evolving_rl.domains.mind2web_metrics import REFERENCE_FALLBACK
 
 ROOT = Path(__file__).resolve().parents[2]
 

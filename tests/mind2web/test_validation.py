@@ -1,5 +1,5 @@
 """Judging actions: op normalisation, positive targets, the empty-positive rules, values and
-MindAct's op F1 and step success (the server's verdicts are `core.web_metrics`'s)."""
+MindAct's op F1 and step success (the server's verdicts are `domains.mind2web_metrics`'s)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from env.mind2web.snapshot import build_snapshot
 from env.mind2web.validate import Action, GoldStep, expected_refs, judge
-from evolving_rl.core.web_metrics import REFERENCE_FALLBACK, StepOutcome
+from evolving_rl.domains.mind2web_metrics import REFERENCE_FALLBACK, StepOutcome
 
 PAGE = ('<html backend_node_id="1"><body backend_node_id="2">'
         '<a backend_node_id="10"><span backend_node_id="11"><text backend_node_id="12">Flights'

@@ -212,7 +212,7 @@ class AlfworldConfig:
     # How the solver is asked to answer: "verbatim" (brief reasoning, then one admissible command
     # copied verbatim: the reference prompt) or "number" (the number of one listed command: what
     # a 135M model can do; such replies need lenient action parsing, and their leading number
-    # picks the command whatever follows it: core/actions.py).
+    # picks the command whatever follows it: domains/alfworld_actions.py).
     action_format: Literal["verbatim", "number"] = "verbatim"
     # Where a skill card goes in the solver's dialogue: "system" (the reference: appended to the
     # system prompt) or "task" (the first user message, between the task line and the first

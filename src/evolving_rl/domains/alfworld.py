@@ -4,7 +4,7 @@ Owns everything the trainer knows about ALFWorld: the prepared row -> `TaskSpec`
 (`metadata.game` is what `/reset` loads), reading the env server's answers, the solver's system
 prompt and first user message ("Your task is to: ..."; a skill card, when one is given, in the
 one `skill_placement` names), the observation block of each turn (step number, observation
-text, numbered admissible actions), the `<action>` parsing (via `core.actions`; an unparseable
+text, numbered admissible actions), the `<action>` parsing (`alfworld_actions`; an unparseable
 reply is sent as-is and counted), the extractor prompt of each skill format, and packing: one
 episode is one training sample. It offers both optional capabilities of `domains.base`: expert
 commands (the game file's planner walkthrough, `alfworld_expert`, under `alfworld.data_root`)
@@ -13,7 +13,7 @@ task type (`alfworld_written_skills`).
 Also its registry entry `DOMAIN` (`domains/registry.py`): the adapter factory, the router's URL, the
 held-out split `valid_unseen` and the server-side module `env.alfworld.service`.
 
-Extractor prompts. Reference format: the paper's single user message (`alfworld_skill_prompt`),
+Extractor prompts. Reference format: the paper's single user message (`skill_prompt`),
 its trajectory the reference's episode text (per step a "[Step i]" / "Observation:" /
 "Admissible actions:" block, then the model's reply as written). Compact format: a short system
 message, then the task, one "Step i. Observation / Action" line pair per turn, the outcome and
@@ -29,12 +29,11 @@ from typing import Any
 from evolving_rl.clients.env import EnvClient
 from evolving_rl.clients.tokenizer import Message
 from evolving_rl.config.schema import AlfworldConfig, Config
-from evolving_rl.core.actions import parse_alfworld_action
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import SampleStatus, TrainSample
 from evolving_rl.core.skill import SkillFormat, skill_schema_text
+from evolving_rl.domains.alfworld_actions import parse_alfworld_action
 from evolving_rl.domains.alfworld_expert import game_file, read_walkthrough
-from evolving_rl.domains.alfworld_skill_prompt import reference_extractor_prompt
 from evolving_rl.domains.alfworld_written_skills import load_written_skills
 from evolving_rl.domains.base import (
     ActionChoice,
@@ -45,6 +44,7 @@ from evolving_rl.domains.base import (
     TaskSpec,
     Turn,
 )
+from evolving_rl.domains.skill_prompt import reference_extractor_prompt
 
 TASK_PREFIX = "Your task is to:"
 MAX_RAW_COMMAND_CHARS = 200  # an unparseable reply is sent as-is, up to this length

@@ -10,7 +10,7 @@ annotation_id, mode}` and `/step {episode_id, action: {op, ref, value}}` answer 
   "Your task is to: ..." and the step block `render_observation` writes ("[Step i]", the task,
   the page snapshot, the previous actions, the action format). The reference appended that block
   after the chat template's assistant header; we put it in the user turn.
-- Actions: `core.actions.parse_web_action` (JSON in `<action>` tags, or `OP eN | value`); the
+- Actions: `mind2web_actions.parse_web_action` (JSON in `<action>` tags, or `OP eN | value`); the
   command passed around is the action's text form, sent as the wire object. A reply without a
   readable action is counted by its status and sent as `NO_ACTION`, a click on a ref no
   snapshot holds, so that the server judges it a wrong step (a model failure, never an env error).
@@ -27,7 +27,7 @@ annotation_id, mode}` and `/step {episode_id, action: {op, ref, value}}` answer 
   an equal share, replies cut to half of it, snapshots cut by whole lines to the rest.
 - Evaluation: `for_evaluation` is this adapter in "eval" mode (teacher forced); `eval_metrics`
   gives the standard metrics of a split's episodes from `step_outcomes` (each judged step as a
-  `core.web_metrics.StepOutcome`; an unreadable reply scores 0) and the reference's first-error
+  `mind2web_metrics.StepOutcome`; an unreadable reply scores 0) and the reference's first-error
   action accuracy (`first_error_counts`). The element is judged from the server's match under
   the standard rule (MindAct: a step without positive candidates has no right element) and,
   as `reference_fallback_*`, under the reference's fallback on such steps, whatever rule the
@@ -42,19 +42,11 @@ from typing import Any
 from evolving_rl.clients.env import EnvClient
 from evolving_rl.clients.tokenizer import Message
 from evolving_rl.config.schema import Config
-from evolving_rl.core.actions import ActionStatus, WebAction, parse_web_action
+from evolving_rl.core.actions import ActionStatus
 from evolving_rl.core.rewards import solver_reward
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import SampleStatus, TrainSample
 from evolving_rl.core.skill import SkillFormat, skill_schema_text
-from evolving_rl.core.web_metrics import (
-    REFERENCE_FALLBACK,
-    STANDARD,
-    StepOutcome,
-    element_correct,
-    first_error_action_accuracy,
-    split_metrics,
-)
 from evolving_rl.domains.base import (
     ActionChoice,
     Domain,
@@ -63,6 +55,15 @@ from evolving_rl.domains.base import (
     Observation,
     TaskSpec,
     Turn,
+)
+from evolving_rl.domains.mind2web_actions import WebAction, parse_web_action
+from evolving_rl.domains.mind2web_metrics import (
+    REFERENCE_FALLBACK,
+    STANDARD,
+    StepOutcome,
+    element_correct,
+    first_error_action_accuracy,
+    split_metrics,
 )
 from evolving_rl.domains.mind2web_skill_prompt import reference_extractor_prompt
 
@@ -169,7 +170,7 @@ def _trajectory(turns: Sequence[Turn], budget: int) -> str:
 
 
 def step_outcomes(turns: Sequence[Turn], rule: str = STANDARD) -> list[StepOutcome]:
-    """The judged steps of an episode (turns the server answered), for `core.web_metrics`, the
+    """The judged steps of an episode (turns the server answered), for `mind2web_metrics`, the
     element judged from the server's match under the empty-positive `rule`.
 
     A reply without a readable action scores nothing on that step: it was sent as `NO_ACTION`,
@@ -302,7 +303,7 @@ class Mind2WebAdapter:
     def eval_metrics(self, episodes: Sequence[Mapping[str, Any]]) -> dict[str, float]:
         """The standard metrics (macro over episodes), the same under the reference's fallback
         on steps without a positive candidate (`reference_fallback_*`) and the reference's
-        first-error action accuracy, named apart (`core.web_metrics`); needs teacher-forced
+        first-error action accuracy, named apart (`mind2web_metrics`); needs teacher-forced
         episodes. A step recorded before the fallback was (two items) counts alike in both."""
         if not episodes:
             return {}

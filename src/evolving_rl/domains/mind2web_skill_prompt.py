@@ -2,7 +2,7 @@
 
 Owns `reference_extractor_prompt(question, trajectory, success)`. The reference's web extractor
 (Fanzy27/Evolving-RL src/web/prompts.py `format_extractor_messages`, `EXTRACTOR_INSTRUCTION_PROMPT`,
-`SKILL_JSON_SCHEMA_PROMPT`) is its ALFWorld prompt (`alfworld_skill_prompt`, reproduced there)
+`SKILL_JSON_SCHEMA_PROMPT`) is its ALFWorld prompt (`skill_prompt`, reproduced there)
 with web wording; so this module takes the ALFWorld texts and applies exactly those edits
 (`_GUIDANCE_EDITS`, `_FIELD_EDITS`;
 each must apply exactly once, or the import fails): "web" tasks and risks, page cues as the trigger
@@ -13,9 +13,7 @@ schema example that lists `when_not_to_use` and, as the reference's web example,
 
 from __future__ import annotations
 
-import json
-
-from evolving_rl.domains import alfworld_skill_prompt as base
+from evolving_rl.domains import skill_prompt as base
 
 _GUIDANCE_EDITS = (
     ("similar tasks.\n", "similar web tasks.\n"),
@@ -56,14 +54,9 @@ def _schema_example() -> dict:
 SCHEMA_EXAMPLE = _schema_example()
 GUIDANCE = _web(base.GUIDANCE, _GUIDANCE_EDITS)
 FIELD_RULES = _web(base.FIELD_RULES, _FIELD_EDITS)
-SCHEMA_TEXT = (f"{base.OUTPUT_RULES}Use exactly this JSON schema:\n\n"
-               f"{json.dumps(SCHEMA_EXAMPLE, indent=2)}\n\n{FIELD_RULES}")
-INSTRUCTION = f"{GUIDANCE}\n\n{SCHEMA_TEXT}"
+INSTRUCTION = base.instruction(GUIDANCE, SCHEMA_EXAMPLE, FIELD_RULES)
 
 
 def reference_extractor_prompt(question: str, trajectory: str, success: bool) -> str:
     """The user message of the reference web extractor (it has no system message)."""
-    return (f"Task: {question}\n\nAgent's Trajectory:\n<<<BEGIN_TRAJECTORY>>>\n{trajectory}\n"
-            f"<<<END_TRAJECTORY>>>\n\nTrue Environment Success: {success}\n\n"
-            f"{base.EVIDENCE_NOTE}"
-            f"Use the following extraction guidance and output requirements:\n\n{INSTRUCTION}")
+    return base.reference_extractor_prompt(question, trajectory, success, INSTRUCTION)

@@ -2,7 +2,8 @@
 
 import pytest
 
-from evolving_rl.core.actions import ActionStatus, WebAction, parse_web_action
+from evolving_rl.core.actions import ActionStatus
+from evolving_rl.domains.mind2web_actions import WebAction, parse_web_action
 
 
 @pytest.mark.parametrize("text, expected", [

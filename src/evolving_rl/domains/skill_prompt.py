@@ -1,4 +1,5 @@
-"""The ALFWorld extractor prompt of the reference skill format, in the paper's wording.
+"""The extractor prompt of the reference skill format, in the paper's wording: ALFWorld's as is,
+and the text every other environment edits into its own (`mind2web_skill_prompt`).
 
 Owns `reference_extractor_prompt(question, trajectory, success)`: the reference's single user
 message (Fanzy27/Evolving-RL src/alfworld/prompts.py `format_extractor_messages`, :255-290):
@@ -141,13 +142,20 @@ EVIDENCE_NOTE = (
     "skill JSON.\n\n"
 )
 
-SCHEMA_TEXT = (f"{OUTPUT_RULES}Use exactly this JSON schema:\n\n"
-               f"{json.dumps(SCHEMA_EXAMPLE, indent=2)}\n\n{FIELD_RULES}")
-INSTRUCTION = f"{GUIDANCE}\n\n{SCHEMA_TEXT}"
+def instruction(guidance: str, schema_example: dict, field_rules: str) -> str:
+    """The extraction guidance, then the schema text: the output rules, the example, the field
+    rules (an environment passes its edited texts)."""
+    return (f"{guidance}\n\n{OUTPUT_RULES}Use exactly this JSON schema:\n\n"
+            f"{json.dumps(schema_example, indent=2)}\n\n{field_rules}")
 
 
-def reference_extractor_prompt(question: str, trajectory: str, success: bool) -> str:
-    """The user message of the reference extractor (it has no system message)."""
+INSTRUCTION = instruction(GUIDANCE, SCHEMA_EXAMPLE, FIELD_RULES)
+
+
+def reference_extractor_prompt(question: str, trajectory: str, success: bool,
+                               guidance: str = INSTRUCTION) -> str:
+    """The user message of the reference extractor (it has no system message); `guidance`:
+    the instruction it ends with (an environment's own, from `instruction`)."""
     return (f"Task: {question}\n\nAgent's Trajectory:\n<<<BEGIN_TRAJECTORY>>>\n{trajectory}\n"
             f"<<<END_TRAJECTORY>>>\n\nTrue Environment Success: {success}\n\n{EVIDENCE_NOTE}"
-            f"Use the following extraction guidance and output requirements:\n\n{INSTRUCTION}")
+            f"Use the following extraction guidance and output requirements:\n\n{guidance}")

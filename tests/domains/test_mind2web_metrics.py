@@ -2,7 +2,7 @@
 
 import pytest
 
-from evolving_rl.core.web_metrics import (
+from evolving_rl.domains.mind2web_metrics import (
     REFERENCE_FALLBACK,
     STANDARD,
     StepOutcome,

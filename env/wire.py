@@ -1,0 +1,97 @@
+"""The env servers' JSON wire, shared by every environment: errors, request bodies, string fields.
+
+Owns `WireError` (an HTTP status, a stable machine-readable `code`, a message and the offending
+`field`, answered as `{"error", "message", "field"}`), `read_json_object` (the body as a JSON
+object; a string holding a lone surrogate is a 400 naming it), `string_field` (a bounded string
+field, a 400 naming it otherwise) and `install_error_handlers` (JSON bodies for `WireError` and
+for Flask's own errors). Every client mistake an env server sees becomes a `WireError` with a 4xx
+status, so nothing a client sends reaches an environment unvalidated. An environment's own
+requests and views live in its package (`alfworld/wire.py`, `mind2web/app.py`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from flask import Flask, Response, jsonify, request
+from werkzeug.exceptions import HTTPException
+
+from env.http_server import SURROGATE_MESSAGE, surrogate_field
+
+HTTP_ERROR_CODES = {404: "no_such_route", 405: "method_not_allowed"}
+
+
+class WireError(Exception):
+    """A request the server refuses: HTTP status, machine-readable code, human message."""
+
+    def __init__(self, status: int, code: str, message: str, field: str | None = None,
+                 retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+        self.field, self.retry_after_s = field, retry_after_s
+
+    def response(self) -> Response:
+        body: dict[str, Any] = {"error": self.code, "message": self.message}
+        if self.field is not None:
+            body["field"] = self.field
+        resp = jsonify(body)
+        resp.status_code = self.status
+        if self.retry_after_s is not None:
+            resp.headers["Retry-After"] = str(self.retry_after_s)
+        return resp
+
+
+def bad_field(field: str, message: str) -> WireError:
+    return WireError(400, "bad_request", f"{field}: {message}", field)
+
+
+def read_json_object() -> dict[str, Any]:
+    """The request body as a JSON object, or a 400 naming the problem."""
+    raw = request.get_data(cache=False)
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):  # ValueError covers bad JSON and bad UTF-8
+        raise WireError(400, "malformed_json", "body is not valid JSON", "body") from None
+    if not isinstance(body, dict):
+        raise WireError(400, "malformed_json", "body must be a JSON object", "body")
+    field = surrogate_field(body)
+    if field is not None:
+        raise bad_field(field or "body", SURROGATE_MESSAGE)
+    return body
+
+
+def string_field(container: dict[str, Any], key: str, max_chars: int, *,
+                 field: str | None = None, required: bool = True) -> str:
+    """`container[key]`: a string of at most `max_chars`, not blank when `required` (an absent
+    optional one reads ""), else a 400 naming `field` (the body's path to it; default `key`)."""
+    field = field or key
+    if key not in container and not required:
+        return ""
+    if key not in container:
+        raise bad_field(field, "missing")
+    value = container[key]
+    if not isinstance(value, str):
+        raise bad_field(field, f"must be a string, got {type(value).__name__}")
+    if len(value) > max_chars or (required and not value.strip()):
+        raise bad_field(field, f"must be a non-empty string of at most {max_chars} characters")
+    return value
+
+
+def install_error_handlers(app: Flask) -> None:
+    """JSON bodies for our errors and for Flask's own (404 route, 405, 413 body over the app's
+    `MAX_CONTENT_LENGTH`)."""
+
+    @app.errorhandler(WireError)
+    def _wire(err: WireError) -> Response:
+        return err.response()
+
+    @app.errorhandler(HTTPException)
+    def _http(err: HTTPException) -> Response:
+        status = err.code or 400
+        if status == 413:
+            return WireError(413, "body_too_large",
+                             f"body over {app.config['MAX_CONTENT_LENGTH']} bytes",
+                             "body").response()
+        return WireError(status, HTTP_ERROR_CODES.get(status, "bad_request"),
+                         err.description or err.name).response()
