@@ -266,8 +266,8 @@ def _name(words: list[str]) -> str:
 def _entry(chain: list[_Node], attrs: dict[str, str], roles: tuple[str, ...],
            ids: tuple[str, ...], tags: tuple[str, ...]) -> tuple[str, _Entry] | None:
     """The line (without its ref) and entry of one chain (`attrs`: its attributes, outer ones
-    first; `roles`, `ids`, `tags`: of its elements that have one), or None when it is not
-    listed."""
+    first; `roles` and `ids`: of its elements that have one; `tags`: of all), or None when it
+    is not listed."""
     full = ""
     for key in NAME_ATTRS:
         if attrs.get(key):
@@ -309,18 +309,13 @@ def build_snapshot(page: str) -> Snapshot:
                 chain.append(children[0])
                 children = children[0].children
             listed = _chain_entry(chain)
-            if listed is not None:
-                lines.append(f"[e{len(entries) + 1}] {listed[0]}")
-                entries.append(listed[1])
         elif len(attrs) != 1 or tag == "input" or "backend_node_id" not in attrs:
             role = role_of(node)
             listed = _entry([node], attrs, (role,) if role else (),
                             (attrs["backend_node_id"],) if "backend_node_id" in attrs else (),
                             (tag,))
-            if listed is not None:
-                lines.append(f"[e{len(entries) + 1}] {listed[0]}")
-                entries.append(listed[1])
-        else:  # the common case: one element whose only attribute is its backend id
+        else:  # the common case, one element whose only attribute is its backend id: listed here
+            listed = None
             role_kind = kinds.get(tag)
             if role_kind is None:
                 role = TAG_ROLES.get(tag, "")
@@ -331,6 +326,9 @@ def build_snapshot(page: str) -> Snapshot:
             if role or name or not children:
                 lines.append(f'[e{len(entries) + 1}] {role or tag} "{name}"')
                 entries.append(((attrs["backend_node_id"],), kind, name, ()))
+        if listed is not None:
+            lines.append(f"[e{len(entries) + 1}] {listed[0]}")
+            entries.append(listed[1])
         if children:
             pending += children[::-1]
     return Snapshot("\n".join(lines) or "(no elements)", tuple(entries))
