@@ -7,15 +7,19 @@ tasks and snapshots are cached). (a) `plain`: `TaskStore` + `Episode` called dir
 process, no HTTP; (b) `http`: the server started by `env.mind2web.launch` on a free loopback port.
 Printed: step p50/p99 and steps/s of each, the ratios (b)/(a), and against the targets
 (the reference's p99 <= 26 ms at ~300 elements and 16 clients; at ~5,000 elements p50 <= 20 ms,
-p99 <= 100 ms with 1 and 16 clients; a cold 5,000-element snapshot build <= 50 ms); cold pages
-under concurrency: C clients each replaying its own ~5,000-element task on fresh servers (every
-page built once, by the step that shows it), today's path (`snapshot_processes: 0`, pages built
-in the request thread) against the process pool (one per core), alternating, `--cold-rounds`
-times: per round p50/p99 and steps/s of each, then the medians and the median ratios (target:
-pool p99 <= 300 ms at 16 clients); that gold replay (the reference's empty-positive fallback, so
-every episode can be won) wins every episode; that a battery of client mistakes gets no answer
->= 500; the CPU time per request of the server process and of the client threads (what bounds
-latency on few cores).
+p99 <= 100 ms with 1 and 16 clients; a cold 5,000-element snapshot build <= 50 ms, with the
+builder before it, `benchmarks.snapshot_before`, timed on the same pages for the ratio); cold
+pages under concurrency: C clients each replaying its own ~5,000-element task on fresh servers
+(every page built once, by the step that shows it), three paths alternating `--cold-rounds`
+times: `before` (the old path: the builder before, in the request thread), `thread` (today's
+builder in the request thread, `snapshot_processes: 0`) and `pool` (today's builder in the
+process pool, one process per core): per round p50/p99 and steps/s of each, then the medians,
+the CPU per step of the server's process tree and the clients together (C clients on K cores
+average at least C x that / K a step), and the median ratios before/thread and before/pool
+(target: pool p99 <= 300 ms at 16 clients); that gold replay (the reference's empty-positive
+fallback, so every episode can be won) wins every episode; that a battery of client mistakes
+gets no answer >= 500; the CPU time per request of the server process and of the client
+threads (what bounds latency on few cores).
 `--memory` adds, each in a fresh child process (peak RSS: the kernel's high-water mark VmHWM,
 which unlike `getrusage` does not carry the forking parent's peak over exec): preparing a
 >= 500 MB generated split (target peak < 500 MB) and the first reset on it with no prebuilt
@@ -46,8 +50,9 @@ from pathlib import Path
 import psutil
 import requests
 
+from benchmarks import snapshot_before
 from benchmarks.cli import parse_with_tiny, run_clients
-from env.launch import free_port
+from env.launch import config_arguments, free_port, start_server, stop_process
 from env.mind2web import launch
 from env.mind2web.episodes import Episode, EpisodeTable
 from env.mind2web.generate import GeneratedData, GenerateSpec, generate
@@ -259,17 +264,26 @@ def compare(bench: Workbench, clients: int, passes: int, won: list[int]) -> Tall
 
 
 def cold_builds(bench: Workbench) -> float:
-    """Median seconds of building a page's snapshot from its cleaned_html, nothing cached."""
+    """Median wall seconds of building a page's snapshot from its cleaned_html, nothing cached,
+    by today's builder; its median CPU time, and that of the builder before it
+    (`benchmarks.snapshot_before`) on the same pages, alternating, for the ratio (CPU time: on a
+    busy machine wall time also counts the waits for a core)."""
     pages = [step.cleaned_html for r in bench.replays for step in bench.store.task(r.key).steps]
-    times = []
+    wall: list[float] = []
+    cpu: dict[Callable, list[float]] = {build_snapshot: [], snapshot_before.build_snapshot: []}
     for page in pages:
-        start = time.perf_counter()
-        build_snapshot(page)
-        times.append(time.perf_counter() - start)
-    logger.info("cold snapshot build, %d pages of ~%.0f elements: p50 %.1f ms, max %.1f ms",
-                len(times), bench.elements, sorted(times)[len(times) // 2] * 1000,
-                max(times) * 1000)
-    return sorted(times)[len(times) // 2]
+        for build, spent in cpu.items():
+            start = time.perf_counter(), time.thread_time()
+            build(page)
+            spent.append(time.thread_time() - start[1])
+            if build is build_snapshot:
+                wall.append(time.perf_counter() - start[0])
+    now, before = (_median(t) for t in cpu.values())
+    logger.info("cold snapshot build, %d pages of ~%.0f elements: p50 %.1f ms wall, max %.1f ms, "
+                "%.1f ms CPU; the builder before: p50 %.1f ms CPU (%.2fx)", len(pages),
+                bench.elements, _median(wall) * 1000, max(wall) * 1000, now * 1000,
+                before * 1000, before / max(now, 1e-9))
+    return _median(wall)
 
 
 MISTAKES: tuple[tuple[str, str, object], ...] = (
@@ -395,20 +409,58 @@ def latency_targets(base: Path, args, won: list[int],
     return targets, small
 
 
-COLD_PATHS = (("today", 0), ("pool", -1))  # mind2web.snapshot_processes of each
+COLD_PATHS = ("before", "thread", "pool")
 
 
-def _cold_pass(base: Path, root: Path, name: str, processes: int, replays: list[Replay],
-               clients: int, started: list[Config]) -> Tally:
-    """One pass of every replay on a fresh server: every page is cold when its step shows it."""
-    cfg = server_config(base, f"cold_{name}", root, snapshot_processes=processes)
-    started.append(cfg)
-    launch.start(cfg)
+@dataclass
+class ColdRun:
+    """One cold pass: its tally and the CPU seconds, while it ran, of the server process, of its
+    children (the snapshot pool) and of the clients (this process)."""
+
+    tally: Tally
+    cpu_s: tuple[float, float, float]  # server, pool, clients
+
+    def cpu_ms_per_step(self, which: int | None = None) -> float:
+        spent = sum(self.cpu_s) if which is None else self.cpu_s[which]
+        return 1000 * spent / max(len(self.tally.steps), 1)
+
+
+def _cpu_s(server: psutil.Process) -> tuple[float, float, float]:
+    """User + system CPU seconds so far of `server`, of its children and of this process."""
+    return (sum(server.cpu_times()[:2]),
+            sum(sum(p.cpu_times()[:2]) for p in server.children(recursive=True)),
+            time.process_time())
+
+
+def _cold_pass(base: Path, root: Path, name: str, replays: list[Replay], clients: int,
+               started: list[Config]) -> ColdRun:
+    """One pass of every replay on a fresh server: every page is cold when its step shows it.
+    `before`: the builder before the fused tokenizer (`benchmarks.snapshot_before`), in the
+    request thread; `thread`: today's builder in the request thread; `pool`: today's builder in
+    the process pool, one process per core."""
+    cfg = server_config(base, f"cold_{name}", root,
+                        snapshot_processes=-1 if name == "pool" else 0)
+    web = cfg.mind2web
+    url = f"http://127.0.0.1:{web.port}"
+    proc = None
+    if name == "before":
+        proc = start_server([sys.executable, "-m", "benchmarks.snapshot_before",
+                             *config_arguments(cfg)], f"{url}/health",
+                            Path(web.log_dir) / "server.log", timeout_s=web.start_timeout_s)
+        server = psutil.Process(proc.pid)
+    else:
+        started.append(cfg)
+        server = psutil.Process(launch.start(cfg))
     try:
-        return http_run(f"http://127.0.0.1:{cfg.mind2web.port}", replays, clients, 1)
+        before = _cpu_s(server)
+        tally = http_run(url, replays, clients, 1)
+        return ColdRun(tally, tuple(b - a for a, b in zip(before, _cpu_s(server), strict=True)))
     finally:
-        launch.stop(cfg)
-        started.remove(cfg)
+        if proc is not None:
+            stop_process(proc)
+        else:
+            launch.stop(cfg)
+            started.remove(cfg)
 
 
 def _median(values: list[float]) -> float:
@@ -416,42 +468,48 @@ def _median(values: list[float]) -> float:
 
 
 def cold_targets(base: Path, args, won: list[int], started: list[Config]) -> list[Target]:
-    """Cold ~5,000-element pages under `clients` clients: today's path vs the process pool."""
+    """Cold ~5,000-element pages under `clients` clients: the old path (the builder before, in
+    the request thread) vs today's builder in the thread and in the process pool."""
     root = base / "cold"
     spec = GenerateSpec(tasks=args.cold_tasks, distractors=args.large, splits=("train",),
                         tasks_per_file=max(1, args.cold_tasks // 2))
     generated = generate(root, spec)
     store = TaskStore(root, base / f"{root.name}_c", 64, 64)  # the servers reuse its index
     replays = [gold_replay(store, key) for key in task_keys(generated, spec)]
-    logger.info("--- cold pages: %d tasks of ~%d elements, %d clients, %d rounds, snapshots by "
-                "%d pool processes", len(replays), args.large + PAGE_BASE, args.clients,
-                args.cold_rounds, pool_size(-1))
-    runs: dict[str, list[Tally]] = {name: [] for name, _ in COLD_PATHS}
+    cores = pool_size(-1)
+    logger.info("--- cold pages: %d tasks of ~%d elements, %d clients, %d rounds, %d cores "
+                "(the pool: one process per core)", len(replays), args.large + PAGE_BASE,
+                args.clients, args.cold_rounds, cores)
+    runs: dict[str, list[ColdRun]] = {name: [] for name in COLD_PATHS}
     for number in range(args.cold_rounds):
         order = COLD_PATHS if number % 2 == 0 else COLD_PATHS[::-1]
-        for name, processes in order:
-            tally = _cold_pass(base, root, name, processes, replays, args.clients, started)
-            runs[name].append(tally)
-            report(f"{name}#{number}"[:5], tally)
-            won[0] += tally.won
+        for name in order:
+            run = _cold_pass(base, root, name, replays, args.clients, started)
+            runs[name].append(run)
+            report(f"{name}#{number}"[:8], run.tally)
+            won[0] += run.tally.won
             won[1] += len(replays)
-    today, pool = runs["today"], runs["pool"]
-    p99 = {name: _median([t.pct(.99) for t in tallies]) for name, tallies in runs.items()}
-    logger.info("cold pages, medians over %d rounds: today p50/p99 %.0f/%.0f ms %.1f steps/s; "
-                "pool p50/p99 %.0f/%.0f ms %.1f steps/s", args.cold_rounds,
-                _median([t.pct(.5) for t in today]), p99["today"],
-                _median([t.rate for t in today]), _median([t.pct(.5) for t in pool]),
-                p99["pool"], _median([t.rate for t in pool]))
-    logger.info("ratio today/pool (median of rounds): step p99 %.2fx, step p50 %.2fx; "
-                "throughput pool/today %.2fx",
-                _median([t.pct(.99) / max(p.pct(.99), 1e-6) for t, p in
-                         zip(today, pool, strict=True)]),
-                _median([t.pct(.5) / max(p.pct(.5), 1e-6) for t, p in
-                         zip(today, pool, strict=True)]),
-                _median([p.rate / max(t.rate, 1e-9) for t, p in
-                         zip(today, pool, strict=True)]))
+    for name, path_runs in runs.items():
+        tallies = [r.tally for r in path_runs]
+        cpu = [_median([r.cpu_ms_per_step(which) for r in path_runs])
+               for which in (None, 0, 1, 2)]
+        logger.info("cold pages %-6s medians over %d rounds: step p50/p99 %.0f/%.0f ms, %.1f "
+                    "steps/s; CPU per step %.1f ms (server %.1f, pool %.1f, clients %.1f): %d "
+                    "clients on %d cores average >= %.0f ms a step", name, args.cold_rounds,
+                    _median([t.pct(.5) for t in tallies]), _median([t.pct(.99) for t in tallies]),
+                    _median([t.rate for t in tallies]), *cpu, args.clients, cores,
+                    cpu[0] * args.clients / cores)
+    for new in ("thread", "pool"):
+        pairs = list(zip([r.tally for r in runs["before"]], [r.tally for r in runs[new]],
+                         strict=True))
+        logger.info("ratio before/%s (median of rounds): step p99 %.2fx, step p50 %.2fx; "
+                    "throughput %s/before %.2fx", new,
+                    _median([b.pct(.99) / max(n.pct(.99), 1e-6) for b, n in pairs]),
+                    _median([b.pct(.5) / max(n.pct(.5), 1e-6) for b, n in pairs]), new,
+                    _median([n.rate / max(b.rate, 1e-9) for b, n in pairs]))
     return [Target(f"cold-page step p99, ~{args.large + PAGE_BASE} elements, {args.clients} "
-                   f"clients, process pool", p99["pool"], 300, "ms")]
+                   f"clients, process pool", _median([r.tally.pct(.99) for r in runs["pool"]]),
+                   300, "ms")]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -27,7 +27,7 @@ DATA = "{data}"  # replaced by the generated games' root
 DATA_SETS = ("--set", f"alfworld.data_root={DATA}",
              "--set", f"alfworld.prepared_dir={DATA}/prepared")
 RATIO = r"\d+\.\d+x"
-HELPERS = {"cli"}  # modules of benchmarks/ that are not benchmarks
+HELPERS = {"cli", "snapshot_before"}  # modules of benchmarks/ that are not benchmarks
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +61,10 @@ RUNS = (
             (rf"ratio http/plain at 4 clients, ~\d+ elements: step p50 {RATIO}, throughput "
              rf"{RATIO}", r"gold replay: (\d+)/\1 episodes won",
              r"client mistakes: \d+ requests, 0 answered >= 500, 0 not as expected",
+             rf"the builder before: p50 \d+\.\d+ ms CPU \({RATIO}\)",
+             rf"ratio before/pool \(median of rounds\): step p99 {RATIO}, step p50 {RATIO}; "
+             rf"throughput pool/before {RATIO}", r"cold pages pool .* CPU per step \d",
+             r"(PASS|MISS) cold-page step p99",
              r"(PASS|MISS) cold snapshot build p50", r"(PASS|MISS) prepare peak RSS",
              r"(PASS|MISS) first reset peak RSS growth")),
     TinyRun("retrieval", (),

@@ -1,19 +1,21 @@
 """Cold page snapshots built on every core: `build_snapshot` in a pool of processes.
 
-Owns `SnapshotBuilder`. A cold 5,000-element page costs 30-50 ms of CPU in `build_snapshot` (pure
-Python); in the server process the GIL queues every client's cold page behind one core. With
-`processes` > 0 the pages are built in that many spawned child processes (spawned, not forked:
-the server has threads) while the request thread waits without holding the GIL; the server only
-unpickles the result (about 2.5 ms for 5,000 elements). The processes are started with the
-builder, before the server listens, and die with the process that started them (a killed server
-leaves none behind: Linux's parent-death signal, `env.launch.dies_with_parent`). `processes` 0
-builds in the calling thread. A pool broken by a dead child is replaced, and that page built in
-the calling thread.
+Owns `SnapshotBuilder`. `build_snapshot` is pure Python, so in the server process the GIL queues
+every client's cold page behind one core. With `processes` > 0 the pages are built in that many
+spawned child processes (spawned, not forked: the server has threads) while the request thread
+waits without holding the GIL. A child sends its snapshot back marshalled (a snapshot is strings
+and tuples of strings, which `marshal` writes and reads faster than pickle), and the server only
+reads it. The processes are started with the builder, before the
+server listens, and die with the process that started them (a killed server leaves none behind:
+Linux's parent-death signal, `env.launch.dies_with_parent`). `processes` 0 builds in the calling
+thread. A pool broken by a dead child is replaced, and that page built in the calling thread.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
+import marshal
 import multiprocessing
 import os
 import threading
@@ -41,6 +43,18 @@ def _die_with(parent: int) -> None:
         os._exit(1)
 
 
+def _build_marshalled(page: str) -> bytes:
+    """In a pool process: the snapshot of `page` as marshalled (text, entries). The cyclic
+    garbage collector is off meanwhile: a build makes thousands of objects and no cycles, so
+    the collections they would trigger would only walk its live tree."""
+    gc.disable()
+    try:
+        snapshot = build_snapshot(page)
+        return marshal.dumps((snapshot.text, snapshot.entries))
+    finally:
+        gc.enable()
+
+
 class SnapshotBuilder:
     """`build(page)`: the snapshot of a cleaned_html page, in the pool when there is one."""
 
@@ -55,7 +69,7 @@ class SnapshotBuilder:
             return None
         pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=_die_with, initargs=(os.getpid(),))
-        for future in [pool.submit(build_snapshot, "") for _ in range(self.processes)]:
+        for future in [pool.submit(_build_marshalled, "") for _ in range(self.processes)]:
             future.result()
         return pool
 
@@ -64,7 +78,7 @@ class SnapshotBuilder:
         if pool is None:
             return build_snapshot(page)
         try:
-            return pool.submit(build_snapshot, page).result()
+            return Snapshot(*marshal.loads(pool.submit(_build_marshalled, page).result()))
         except BrokenProcessPool:
             with self._lock:
                 if self._pool is pool:

@@ -1,10 +1,12 @@
-"""The page snapshot: parsing rules, listing rules, no answer leak, speed on a large page, and
-the same snapshots from the process pool."""
+"""The page snapshot: parsing rules, listing rules, no answer leak, speed on a large page, exactly
+the output of the builder before it (`benchmarks.snapshot_before`) on generated, tricky and
+random pages, and the same snapshots from the process pool."""
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -13,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from env.mind2web.snapshot import build_snapshot, parse
+from benchmarks import snapshot_before
+from env.mind2web.generate import GenerateSpec, generate
+from env.mind2web.snapshot import build_snapshot, clean, parse
 from env.mind2web.snapshot_pool import SnapshotBuilder, pool_size
 from env.mind2web.validate import GoldStep, expected_refs
 from evolving_rl.domains.mind2web_metrics import REFERENCE_FALLBACK
@@ -128,6 +132,86 @@ def test_a_5000_element_page_is_fast():
         best = min(best, time.process_time() - start)
     assert len(snapshot.entries) > 3000
     assert best < 0.5, f"{best * 1000:.0f} ms (target <= 50 ms on an idle core)"
+
+
+def _same_as_before(page: str) -> None:
+    new, old = build_snapshot(page), snapshot_before.build_snapshot(page)
+    assert new.text == old.text, page[:300]
+    assert new.entries == old.entries, page[:300]
+
+
+def _nested(depth: int) -> str:
+    page = ('<button backend_node_id="deep"><text backend_node_id="t">Deep &amp; down</text>'
+            '</button>')
+    for level in range(depth):
+        text = f"level {level} " if level % 3 == 0 else ""
+        sibling = f'<span backend_node_id="s{level}" />' if level % 4 == 1 else ""
+        page = f'<div backend_node_id="{level}">{text}{page}{sibling}</div>'
+    return page
+
+
+TRICKY = (
+    _nested(42), _nested(300),
+    # entities, in text, attributes and ids, with and without the semicolon, numeric ones HTML
+    # decodes its own way (&#128;, &#0;, &#xD800;)
+    '<div backend_node_id="1"><a backend_node_id="2&amp;3"><text backend_node_id="4">Tom &amp; '
+    'Jerry &lt;3 &nbsp;&copy &#39;&#x27;&#128;&#0;&#xD800;&amp</text></a><span backend_node_id='
+    '"5" title="&quot;T&quot; &gt; x" aria_label="&#10;"><text>x</text></span></div>',
+    # malformed: unclosed, unmatched and mis-cased end tags, content inside void and self-closed
+    # tags, a tag name that only starts like the end tag, stray angle brackets
+    '<div backend_node_id="1"><p backend_node_id="2"><b backend_node_id="3">bold</i></p>'
+    '<input backend_node_id="4"><text backend_node_id="5">in input</text></input>'
+    '<DIV backend_node_id="6"><text>upper</text></div><div backend_node_id="7"/><text>after'
+    '</text></div><divx backend_node_id="8"><text>cut</text></div><br></br>a < b > c <_x>'
+    '<span backend_node_id="9">unclosed',
+    # text nodes: nested, self-closed, empty, whitespace only, with tags inside
+    '<ul backend_node_id="1"><li backend_node_id="2"><text a="1"><text b="2">inner</text></text>'
+    '</li><li backend_node_id="3"><text/>after</li><li backend_node_id="4"><text></text></li>'
+    '<li backend_node_id="5"><text> \t\n </text></li><li backend_node_id="6"><text>a<b '
+    'backend_node_id="7">lost</b>tail</text></li><TEXT>Upper</TEXT></ul>',
+    # empty and odd attributes: empty values, single quotes, bare values, no value, upper-case
+    # names, `>` and `/` inside values, repeated names
+    '<form backend_node_id="" title=""><input backend_node_id="1" type="" aria_label="" '
+    'placeholder="" value="" /><input type=\'CHECKBOX\' backend_node_id=2 input_checked=TRUE '
+    'Aria_Label="Tick it" /><button backend_node_id="3" disabled role="BUTTON" title="a>b">'
+    '<text>Go</text></button><a backend_node_id="4" href="/x/" title="x" title="y"><text>'
+    'Twice</text></a><input backend_node_id="5" type="hidden" value="secret" /><select '
+    'backend_node_id="6"><option backend_node_id="7" option_selected="true"><text>One</text>'
+    '</option></select></form>',
+    # skipped tags, comments, doctype, CDATA, processing instructions, whitespace of every kind
+    '<?xml version="1.0"?><!DOCTYPE html><html backend_node_id="1"><head backend_node_id="2">'
+    '<title backend_node_id="3"><text>Title</text></title></head><body backend_node_id="4">'
+    '<!-- a <b>comment</b> --><p backend_node_id="5">one<!-- x -->two<![CDATA[three]]>'
+    '\u00a0four\u2003five\x1cs\x85ix\u3000</p><script backend_node_id="6">var x;</script>'
+    '</body></html>',
+    "", "plain text only", "<", "</div>", "<text>", '<a backend_node_id="1">',
+)
+
+
+def test_the_builder_matches_the_one_before_it(mind2web_generated, tmp_path):
+    """Exactly the old builder's text and entries: the generated fixture pages, a generated
+    ~5,000-element page, the tricky pages above, and random tag soup."""
+    pages = [action["cleaned_html"] for path in mind2web_generated.files if path.suffix == ".json"
+             for task in json.loads(path.read_text()) for action in task["actions"]]
+    big = generate(tmp_path / "big", GenerateSpec(tasks=1, distractors=4970, splits=("train",)))
+    pages += [json.loads(big.files[0].read_text())[0]["actions"][0]["cleaned_html"]]
+    assert len(build_snapshot(pages[-1]).entries) > 4000
+    for page in [*pages, *TRICKY]:
+        _same_as_before(page)
+    rng = random.Random(5)
+    pieces = ('<div backend_node_id="1">', "</div>", '<span backend_node_id="2">', "</span>",
+              "<SPAN>", "</Span>", '<a backend_node_id="3&amp;">', "</a>", "<text>", "</text>",
+              '<text backend_node_id="4">', "<text/>", '<input backend_node_id="5" type="radio">',
+              "</input>", '<img alt="Logo x" backend_node_id="6"/>', "<br>", "<li/>",
+              '<button type="submit" aria_label=" Send  it ">', "</button>", "<!-- c -->",
+              "<!x>", "Words and more words ", "&amp;", "&nbsp", " ", "\n", "<", ">", "'", '"',
+              '<p role="link" title="">', "</p>", "<script>", "</script>", "<text-x>", "<t:x>")
+    for _ in range(400):
+        _same_as_before("".join(rng.choice(pieces) for _ in range(rng.randint(1, 60))))
+    spaces = [chr(c) for c in range(0x110000) if chr(c).isspace() or re.match(r"\s", chr(c))]
+    for char in spaces:
+        assert clean(f"{char}a{char}{char}b{char}") == snapshot_before.clean(
+            f"{char}a{char}{char}b{char}") == "a b"
 
 
 def test_the_process_pool_builds_the_same_snapshots_and_survives_a_dead_process(
