@@ -55,16 +55,16 @@ def sample_rows(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Te
 
 
 def _filtered(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Probabilities after top-k then top-p, row by row (off where top_k <= 0, top_p >= 1)."""
+    """Probabilities after top-k then top-p, row by row (off where top_k <= 0, top_p >= 1), from
+    one sort of the logits: the probabilities keep that order, so both cuts read it."""
     vocab = scaled.shape[-1]
     k = torch.where((top_k > 0) & (top_k < vocab), top_k, vocab)
-    kth = scaled.sort(-1, descending=True).values.gather(1, (k - 1)[:, None])
-    probs = torch.softmax(scaled.masked_fill(scaled < kth, float("-inf")), dim=-1)
-    sorted_probs, order = torch.sort(probs, descending=True)
+    ordered, order = scaled.sort(-1, descending=True)
+    kth = ordered.gather(1, (k - 1)[:, None])
+    sorted_probs = torch.softmax(ordered.masked_fill(ordered < kth, float("-inf")), dim=-1)
     before = sorted_probs.cumsum(-1) - sorted_probs  # mass strictly before each token
-    nucleus = torch.zeros_like(probs).scatter(
-        -1, order, sorted_probs.masked_fill(before >= top_p[:, None], 0.0))
-    return torch.where((top_p < 1.0)[:, None], nucleus, probs)
+    outside = (before >= top_p[:, None]) & (top_p < 1.0)[:, None]
+    return torch.zeros_like(scaled).scatter(-1, order, sorted_probs.masked_fill(outside, 0.0))
 
 
 def sample_tokens(logits: torch.Tensor, samplings: Sequence[SamplingParams],
