@@ -8,9 +8,9 @@ prepared tasks unless the cache already holds them, embedded by the configured m
 `servers` (the retrieval server and the environment's servers for the duration of a block,
 started with the run's `Config` through their launchers and stopped on any exit).
 
-This is the one module of the package that starts `env` servers: `env` sits beside `domains`
-(docs/design.md §1), so the environment's module is imported here by the name its registry entry
-gives. The slime path starts its servers from the shell scripts instead.
+This is the one module of the package that starts `env` servers: `env` sits above `domains`,
+beside `pipeline` (docs/design.md §1), so the environment's module is imported here by the name
+its registry entry gives. The slime path starts its servers from the shell scripts instead.
 """
 
 from __future__ import annotations
