@@ -32,6 +32,11 @@ AlfworldTaskType = Literal[
     "pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
     "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place"]
 
+#: The evaluation protocols the local job can run in-job (`pipeline.evaluation.EvalProtocol`
+#: but `library`, which needs a persisted library: scripts/alfworld/eval.sh; test-checked).
+JobEvalProtocol = Literal["reference", "no_skill", "least_similar", "self_inclusion",
+                          "expert_skill", "written_skill"]
+
 
 @dataclass(frozen=True)
 class SamplingConfig:
@@ -312,7 +317,15 @@ class LocalConfig:
     weights, rounded back into it after each step (Megatron's `--bf16` main parameters); off, the
     optimiser updates the bf16 weights in place and updates below half their spacing are lost.
     Data preparation: `games_per_type` generated games per task type and split (skipped when the
-    data root already holds games); `eval_repeats` greedy repeats of the before/after evaluation.
+    data root already holds games); `eval_repeats` repeats of the before/after evaluation.
+    Held-out evaluation: `eval_protocols_before` / `eval_protocols_after` are the protocols
+    (`pipeline.evaluation`) run on the same `n_eval_games` tasks before and after training, each
+    written as its own `eval` record naming its `protocol`, all of a phase at once (none before:
+    no evaluation before training); the first of a phase is the summary's. `eval_retrieval_split`
+    is where their retrieval looks ("": `pipeline.retrieval_split`, where training retrieves):
+    the paper trains on `train_seen` and evaluates with retrieval over all of `train`. Every
+    evaluation splits its numbers into the training task types (those of
+    `pipeline.retrieval_split`) and the held-out ones.
     """
 
     model: str = "smollm2"
@@ -332,6 +345,9 @@ class LocalConfig:
     master_weights: bool = True
     n_eval_games: int = bounded(8, ge=0)
     eval_repeats: int = bounded(1, ge=1)
+    eval_protocols_before: tuple[JobEvalProtocol, ...] = ("reference",)
+    eval_protocols_after: tuple[JobEvalProtocol, ...] = ("reference",)
+    eval_retrieval_split: str = ""
     torch_threads: int = bounded(2, ge=1)
     checkpoint_every: int = bounded(0, ge=0)
     save_trainer_state: bool = True
@@ -339,6 +355,14 @@ class LocalConfig:
     games_per_type: int = bounded(4, ge=1)
     generator_workers: int = bounded(2, ge=1)
     lenient_actions: bool = True
+
+    def validate(self) -> None:
+        for phase in ("before", "after"):
+            protocols = getattr(self, f"eval_protocols_{phase}")
+            if len(set(protocols)) != len(protocols):
+                raise ConfigError(f"eval_protocols_{phase}", "lists a protocol twice")
+        if not self.eval_protocols_after:
+            raise ConfigError("eval_protocols_after", "needs at least one protocol")
 
 
 @dataclass(frozen=True)

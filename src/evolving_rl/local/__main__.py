@@ -27,15 +27,29 @@ def _pct(value: Any) -> str:
     return "  n/a" if value is None else f"{100 * float(value):5.1f}%"
 
 
-def _eval_line(name: str, record: dict[str, Any]) -> str:
+def _arms(record: dict[str, Any], bucket: str) -> str:
     arms = []
     for arm in ("without_skill", "with_skill"):
-        mean = record.get(f"eval/all/{arm}_success_mean")
-        std = record.get(f"eval/all/{arm}_success_std")
-        arms.append(f"{arm.replace('_', ' ')} {_pct(mean)} ± {_pct(std).strip()}")
-    return (f"  {name:6s}: {', '.join(arms)}; skill obtained "
-            f"{_pct(record.get('eval/skill_obtained_rate')).strip()} of "
-            f"{record.get('eval/cases', 0):.0f} cases")
+        mean = record.get(f"eval/{bucket}/{arm}_success_mean")
+        std = record.get(f"eval/{bucket}/{arm}_success_std")
+        if mean is not None:
+            arms.append(f"{arm.replace('_', ' ')} {_pct(mean)} ± {_pct(std).strip()}")
+    return ", ".join(arms) or "n/a"
+
+
+def _eval_lines(phase: str, records: list[dict[str, Any]]) -> list[str]:
+    """One line a protocol, and one a task-type group where the run has held-out types."""
+    if not records:
+        return [f"  {phase:6s}: not evaluated"]
+    lines = []
+    for record in records:
+        lines.append(f"  {phase:6s} {record.get('protocol', 'reference')}: {_arms(record, 'all')}"
+                     f"; skill obtained {_pct(record.get('eval/skill_obtained_rate')).strip()} "
+                     f"of {record.get('eval/cases', 0):.0f} cases")
+        if "eval/group/held_out_types/cases" in record:
+            lines += [f"    {group.replace('_', ' ')}: {_arms(record, f'group/{group}')}"
+                      for group in ("training_types", "held_out_types")]
+    return lines
 
 
 def _train_line(record: dict[str, Any]) -> str:
@@ -56,7 +70,7 @@ def summary(result: JobResult, wall_s: float, eval_decoding: str) -> str:
     stages = ", ".join(f"{name} {seconds:.0f}s" for name, seconds in result.stage_s.items())
     lines = [f"Local run finished in {wall_s / 60:.1f} min ({stages})",
              f"Held-out evaluation ({eval_decoding}):",
-             _eval_line("before", result.before), _eval_line("after", result.after),
+             *_eval_lines("before", result.before), *_eval_lines("after", result.after),
              "Training:"]
     lines += [_train_line(record) for record in result.train]
     lines += [f"Outputs in {result.run_dir}: {', '.join(outputs(result.run_dir))}",

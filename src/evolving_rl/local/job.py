@@ -62,7 +62,7 @@ from evolving_rl.local.scalars import open_sinks
 from evolving_rl.local.servers import build_retrieval_cache, env_services, servers
 from evolving_rl.local.trainer import GRPOTrainer, seed_everything
 from evolving_rl.pipeline.context import PipelineContext, build_context, make_adapter
-from evolving_rl.pipeline.evaluation import run_eval
+from evolving_rl.pipeline.evaluation import EvalPlan, EvalProtocol, run_eval
 from evolving_rl.pipeline.rollout import run_training_rollout
 from evolving_rl.retrieval.prepared import (
     environment_prepared_dir,
@@ -80,8 +80,8 @@ class JobResult:
 
     run_dir: Path
     stage_s: dict[str, float] = field(default_factory=dict)
-    before: dict[str, Any] = field(default_factory=dict)
-    after: dict[str, Any] = field(default_factory=dict)
+    before: list[dict[str, Any]] = field(default_factory=list)  # one eval record a protocol
+    after: list[dict[str, Any]] = field(default_factory=list)
     train: list[dict[str, Any]] = field(default_factory=list)
     checkpoint: Path | None = None
     plot: Path | None = None
@@ -132,11 +132,31 @@ def load_models(cfg: Config) -> Models:
     return Models(tokenizer, policy, trainer)
 
 
+def training_types(cfg: Config) -> frozenset[str]:
+    """The task types training draws its source tasks from (`pipeline.retrieval_split`); the
+    evaluations call every other type held out."""
+    rows = split_rows(cfg, cfg.pipeline.retrieval_split)
+    return frozenset(str(row["task_type"]) for row in rows)
+
+
 async def _evaluate(ctx: PipelineContext, models: Models, cfg: Config, log: MetricsLog,
-                    phase: str) -> dict[str, Any]:
-    metrics = await run_eval(ctx, eval_rows(cfg), repeats=cfg.local.eval_repeats)
-    return log.write("eval", models.trainer.step_count,
-                     {"phase": phase, **metrics, **models.policy.take_stats()})
+                    phase: str) -> list[dict[str, Any]]:
+    """Every protocol of the phase (`local.eval_protocols_<phase>`) at once on the held-out
+    rows; returns their `eval` records, one a protocol (the policy's generation stats on the
+    first)."""
+    protocols = {"before": cfg.local.eval_protocols_before,
+                 "after": cfg.local.eval_protocols_after}[phase]
+    rows, types = eval_rows(cfg), training_types(cfg)
+    plans = [EvalPlan(protocol=EvalProtocol(protocol), train_types=types, progress=True,
+                      retrieval_split=cfg.local.eval_retrieval_split or None)
+             for protocol in protocols]
+    results = await asyncio.gather(
+        *(run_eval(ctx, rows, repeats=cfg.local.eval_repeats, plan=plan) for plan in plans))
+    stats = models.policy.take_stats()
+    return [log.write("eval", models.trainer.step_count,
+                      {"phase": phase, "protocol": protocol, **metrics,
+                       **(stats if index == 0 else {})})
+            for index, (protocol, metrics) in enumerate(zip(protocols, results, strict=True))]
 
 
 async def _train_step(ctx: PipelineContext, models: Models, cfg: Config, log: MetricsLog,

@@ -2,7 +2,8 @@
 
 Owns `plot_run`: three panels from the metrics log — mean reward per role per training step,
 success per step (source episodes, downstream solver episodes) on a [0, 1] axis, and held-out
-success before and after training, with and without a skill, each bar labelled with its value;
+success before and after training (one pair of bars a protocol), with and without a skill,
+each bar labelled with its value;
 the subtitle says what the rewards subtract (the penalties), so a negative reward reads as one.
 """
 
@@ -36,7 +37,9 @@ def _series(ax: Any, train: Sequence[Mapping[str, Any]],
 
 
 def _eval_bars(ax: Any, evals: Sequence[Mapping[str, Any]]) -> None:
-    labels = [r.get("phase", f"step {r['step']}") for r in evals]
+    labels = [r.get("phase", f"step {r['step']}")
+              + ("" if r.get("protocol", "reference") == "reference" else f"\n{r['protocol']}")
+              for r in evals]
     width = 0.38
     for offset, (key, arm) in enumerate(EVAL_ARMS):
         values = [r.get(key) for r in evals]

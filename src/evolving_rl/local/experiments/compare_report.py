@@ -11,7 +11,9 @@ Owns `write_report(runs, out)`: reads each run's `metrics.jsonl` and writes into
   arm, solver episodes played a step, and each training series' change from its first `WINDOW`
   steps to its last `WINDOW`, as mean ± sample std over seeds, with every seed's own numbers;
   and the held-out wins after training pooled over seeds per method and arm, each arm against
-  the GRPO baseline's no-skill arm by a two-sided Fisher exact test (`core.stats`).
+  the GRPO baseline's no-skill arm by a two-sided Fisher exact test (`core.stats`), then the
+  same per evaluation protocol and task-type group (`compare_protocols`).
+  The before/after table and the curves read the `reference` protocol's records.
 Pure reading and arithmetic; the runs themselves are `local.experiments.compare`'s.
 """
 
@@ -28,6 +30,7 @@ from typing import Any
 from matplotlib.patches import Patch
 
 from evolving_rl.core.stats import Pooled, fisher_exact
+from evolving_rl.local.experiments.compare_protocols import protocol_table, render_protocol_table
 from evolving_rl.local.metrics import FILE_NAME, read_records
 from evolving_rl.local.plot_style import (
     colour,
@@ -88,8 +91,10 @@ def series(records: Sequence[Mapping[str, Any]], key: str) -> dict[int, float]:
 
 
 def _eval_record(records: Sequence[Mapping[str, Any]], phase: str) -> Mapping[str, Any]:
-    """The held-out evaluation record of `phase` ("before" / "after"); empty when absent."""
-    return next((r for r in records if r.get("kind") == "eval" and r.get("phase") == phase), {})
+    """The held-out evaluation record of `phase` ("before" / "after") under the reference
+    protocol (runs that recorded no protocol ran only it); empty when absent."""
+    return next((r for r in records if r.get("kind") == "eval" and r.get("phase") == phase
+                 and r.get("protocol", "reference") == "reference"), {})
 
 
 def held_out(records: Sequence[Mapping[str, Any]], phase: str, arm: str) -> float | None:
@@ -177,6 +182,7 @@ def aggregate(runs: Sequence[Run]) -> tuple[dict[str, Any], Records]:
                     [window_change(series(recs, panel.keys[method])) for recs in mine])
         out["methods"][method] = entry
     out["pooled_after"] = pooled_tests(records)
+    out["by_protocol_after"] = protocol_table(records)
     return out, records
 
 
@@ -205,6 +211,7 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
                   f"{method} {_fmt(entry['episodes_per_step'], percent=False, digits=1)}"
                   for method, entry in summary["methods"].items())]
     lines += _pooled_markdown(summary.get("pooled_after", []))
+    lines += render_protocol_table(summary.get("by_protocol_after", []))
     lines += ["", f"## Training series: mean of the last {summary['window']} steps minus the "
               f"first {summary['window']} (percentage points; KL as is)", "",
               "| method | series | change | per seed |", "|---|---|---|---|"]
