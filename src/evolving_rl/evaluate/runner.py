@@ -4,7 +4,8 @@ Owns `EvalRequest` (splits, protocols, repeats, task limit, retrieval and traini
 persisted library, the output folder, whether to start the servers, whether to forget the
 finished cases) and `run_evaluation` (its
 `EvalOutcome`); each split's first `limit` tasks are taken round-robin over task types
-(`retrieval.prepared.round_robin`).
+(`retrieval.prepared.round_robin`). The protocols of a split run at once, so that their
+episodes share the policy's batches (the concurrency bounds of `pipeline` hold over them all).
 Finished cases go to `<out>/cases.jsonl` as they finish (`pipeline.eval_records.CaseStore`); a
 rerun with the same request skips them, and the numbers are computed from the records alone, so
 an interrupted run, resumed, reports what an uninterrupted one would; when every case is already
@@ -119,20 +120,23 @@ async def _evaluate(cfg: Config, opener: PolicyOpener, request: EvalRequest,
     async with opener() as (policy, tokenizer):
         ctx = await build_context(cfg, policy, tokenizer, adapter=_adapter(cfg),
                                   run_dir=request.out_dir)
+
+        async def one(split: str, protocol: EvalProtocol) -> None:
+            plan = EvalPlan(protocol=protocol, split=split,
+                            retrieval_split=request.retrieval_split, train_types=train_types,
+                            library=library, store=store, progress=True)
+            records, failed = await evaluate_cases(ctx, rows[split], request.repeats, plan)
+            metrics = summarize(records, ctx.adapter.eval_metrics, train_types)
+            metrics["eval/retrieval_failed"] = float(failed)
+            results.setdefault(split, {})[str(protocol)] = metrics
+
         try:
-            for split, split_rows in rows.items():
-                for protocol in request.protocols:
-                    plan = EvalPlan(protocol=protocol, split=split,
-                                    retrieval_split=request.retrieval_split,
-                                    train_types=train_types, library=library, store=store,
-                                    progress=True)
-                    records, failed = await evaluate_cases(ctx, split_rows, request.repeats, plan)
-                    metrics = summarize(records, ctx.adapter.eval_metrics, train_types)
-                    metrics["eval/retrieval_failed"] = float(failed)
-                    results.setdefault(split, {})[str(protocol)] = metrics
+            for split in rows:  # a split's protocols at once: their episodes share the batches
+                await asyncio.gather(*(one(split, protocol) for protocol in request.protocols))
         finally:
             await ctx.close()
-    return results
+    return {split: {str(p): results[split][str(p)] for p in request.protocols}
+            for split in results}
 
 
 @dataclass(frozen=True)
