@@ -135,8 +135,8 @@ def load_models(cfg: Config) -> Models:
 def training_types(cfg: Config) -> frozenset[str]:
     """The task types training draws its source tasks from (`pipeline.retrieval_split`); the
     evaluations call every other type held out."""
-    rows = split_rows(cfg, cfg.pipeline.retrieval_split)
-    return frozenset(str(row["task_type"]) for row in rows)
+    rows = read_split(environment_prepared_dir(cfg), cfg.pipeline.retrieval_split)
+    return frozenset(row.task_type for row in rows)
 
 
 async def _evaluate(ctx: PipelineContext, models: Models, cfg: Config, log: MetricsLog,
