@@ -78,7 +78,7 @@ def test_resume_restores_the_offloaded_masters_and_moments(loss_cfg, local_cfg, 
     _, trainer = _trainers(loss_cfg, local_cfg)
     trainer.step(batch[:3])
     trainer.save(tmp_path / "ckpt")
-    saved = trainer.masters.state_dict()
+    saved = [master.clone() for master in trainer.masters.state_dict()]
     saved_moments = [trainer.optimizer.state[m]["exp_avg"].clone()
                      for m in trainer.masters.masters]
     expected = trainer.step(batch[3:])

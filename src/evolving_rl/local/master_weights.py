@@ -50,7 +50,9 @@ class MasterWeights:
             param.copy_(master)
 
     def state_dict(self) -> list[torch.Tensor]:
-        return [master.detach().clone() for master in self.masters]
+        """The masters themselves, not copies (a 7B model's are 30 GB): save them before the
+        next step changes them."""
+        return [master.detach() for master in self.masters]
 
     @torch.no_grad()
     def load_state_dict(self, state: Sequence[torch.Tensor]) -> None:
