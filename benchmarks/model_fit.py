@@ -2,8 +2,8 @@
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.model_fit [--config configs/local_gpu_qwen.yaml]
         [--shapes 3b,7b] [--configurations profile,offload] [--prompt-tokens 1500]
-        [--new-tokens 32] [--micro-batches 3] [--sample-tokens 2000] [--set KEY=VALUE ...]
-        [--out model_fit.json] [--tiny]
+        [--new-tokens 32] [--micro-batches 3] [--sample-tokens 2000] [--train-steps 2]
+        [--set KEY=VALUE ...] [--out model_fit.json] [--tiny]
 
 Per model shape (Qwen2.5-3B-Instruct and -7B-Instruct as published: `SHAPES`, random weights,
 nothing downloaded) and per configuration (`CONFIGURATIONS`: the profile as it is; `offload`,
@@ -17,10 +17,12 @@ process, each from an empty device:
 - generation: `max_batch_generate` prompts of `--prompt-tokens` random ids decoded together
   (`generate_batch`: one prefill admits them all, the largest admission the profile allows),
   `--new-tokens` each at the solver's sampling;
-- train step: one `GRPOTrainer.step` on `micro_batch_size` x `--micro-batches` synthetic samples
-  of `--sample-tokens` tokens, half solver episodes (turns of 32 model tokens, each followed by
-  a 96-token observation outside the loss mask), half extractions (a skill of a quarter of the
-  length after its prompt, all in the loss mask).
+- train steps: `--train-steps` `GRPOTrainer.step`s on `micro_batch_size` x `--micro-batches`
+  synthetic samples of `--sample-tokens` tokens, half solver episodes (turns of 32 model tokens,
+  each followed by a 96-token observation outside the loss mask), half extractions (a skill of a
+  quarter of the length after its prompt, all in the loss mask). The first step also allocates
+  AdamW's moments (and faults in their pages: on the CPU with `offload`, the slow part), so the
+  second is the one a run repeats.
 After each phase: its seconds, device memory allocated and reserved now and at the peak since
 the configuration began, and the process's resident set (GB = 1e9 bytes). Beside them, what
 each part holds computed from tensor sizes: weights, reference, float32 masters and AdamW's two
@@ -31,7 +33,8 @@ not caught: the kernel ends the process). One result line per (shape, configurat
 writes every number as JSON. Exit status 1 when some shape fits in no configuration. Single
 runs: the seconds show the order of magnitude, they are not timing claims.
 `--tiny` (the test suite's smoke run): a 2-layer Qwen2 of hidden size 64 on the CPU with the
-static decoder (eager), 4 slots of 256 tokens, 2 x 2 samples of 64 tokens; the same code path.
+static decoder (eager), 4 slots of 256 tokens, 2 x 2 samples of 64 tokens, one train step; the
+same code path.
 """
 
 from __future__ import annotations
@@ -86,7 +89,7 @@ CONFIGURATIONS: dict[str, tuple[str, ...]] = {
 TURN_TOKENS, OBSERVATION_TOKENS = 32, 96  # a solver turn: its reply, then the next observation
 KV_ROUNDING = 128  # the static engine rounds a slot's capacity up to its smallest KV window
 TINY = {"shapes": "tiny", "prompt_tokens": 48, "new_tokens": 4, "micro_batches": 2,
-        "sample_tokens": 64,
+        "sample_tokens": 64, "train_steps": 1,
         "overrides": ["local.device=cpu", "local.decode_backend=static",
                       "local.max_batch_generate=4", "local.static_cache_tokens=256",
                       "local.micro_batch_size=2", "local.torch_threads=1"]}
@@ -289,7 +292,8 @@ def measure(outcome: Outcome, cfg: Config, args: argparse.Namespace) -> None:
         run = build(SHAPES[outcome.shape], cfg)
     outcome.holdings = holdings(run)
     steps: tuple[tuple[str, Callable[[Run, argparse.Namespace], dict[str, Any]]], ...] = (
-        ("generation", generate), ("train_step", train_step))
+        ("generation", generate),
+        *((f"train_step_{i}", train_step) for i in range(1, args.train_steps + 1)))
     for name, work in steps:
         with phase(outcome, name, device) as detail:
             detail.update(work(run, args))
@@ -370,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--micro-batches", type=int, default=3)
     parser.add_argument("--sample-tokens", type=int, default=2000)
+    parser.add_argument("--train-steps", type=int, default=2)
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE", help="a config override for every configuration")
     parser.add_argument("--out", help="write every number here as JSON")

@@ -101,7 +101,7 @@ RUNS = (
              r"card task  : .* log-prob change [+-]\d\.\d{3}, raised at \d+% of steps",
              r"top-1 share, card system / no card: (\d+\.\d\d|inf)x"), smollm2=True),
     TinyRun("model_fit", (),
-            (r"tiny profile +: fits\. parts \(GB\): weights \d+\.\d\d, .* train_step \d+\.\ds",
+            (r"tiny profile +: fits\. parts \(GB\): weights \d+\.\d\d, .* train_step_1 \d+\.\ds",
              r"tiny offload +: fits\. .* masters \d+\.\d\d \+ AdamW \d+\.\d\d on cpu")),
     TinyRun("main_job_memory", DATA_SETS,
             (r"baseline main job peak RSS: \d+\.\d\d GB",
