@@ -1,9 +1,10 @@
 """`local.optimizer_device: cpu`: float32 masters and AdamW's state in CPU memory step the model
 as the on-device optimiser does, and a checkpoint resumes them.
 
-On this machine both devices are the CPU, so the tests check the offload path's own objects:
-masters that are copies (never the model's tensors), the optimiser's state on them, the
-per-parameter step through the staging buffers, the clipping it does itself.
+On a CPU both devices are the CPU, so the tests check the offload path's own objects: masters
+that are copies (never the model's tensors), the optimiser's state on them, the per-parameter
+step through the staging buffers, the clipping it does itself. With a GPU (`-m gpu`), the
+equivalence test also runs with the model there and a pinned staging buffer.
 """
 
 from __future__ import annotations
@@ -19,28 +20,33 @@ from evolving_rl.local.master_weights import OffloadedMasters
 from evolving_rl.local.model import load_model
 from evolving_rl.local.trainer import GRPOTrainer
 
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, CUDA])]
 
-def _trainers(loss_cfg, local_cfg, dtype: torch.dtype = torch.bfloat16):
+
+def _trainers(loss_cfg, local_cfg, dtype: torch.dtype = torch.bfloat16, device: str = "cpu"):
     """An on-device trainer and an offloaded one over two identical models."""
-    model = tiny_qwen2(tied=False).to(dtype)
+    model = tiny_qwen2(tied=False).to(device, dtype)
     ref = copy.deepcopy(model).requires_grad_(False)
     return tuple(GRPOTrainer(copy.deepcopy(model), ref, loss_cfg,
                              dataclasses.replace(local_cfg, optimizer_device=device),
                              pad_id=PAD_ID) for device in ("model", "cpu"))
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("grad_clip", [100.0, 1e-3], ids=["unclipped", "clipped"])
 def test_an_offloaded_step_updates_the_weights_as_the_on_device_one(loss_cfg, local_cfg, batch,
-                                                                     grad_clip):
+                                                                     grad_clip, device):
     on_device, offloaded = _trainers(dataclasses.replace(loss_cfg, grad_clip=grad_clip),
-                                     local_cfg)
+                                     local_cfg, device=device)
+    assert offloaded.masters._staging.is_pinned() == (device == "cuda")
     before = [p.detach().clone() for p in offloaded.model.parameters()]
     for samples in (batch[:3], batch[3:]):
         expected, got = on_device.step(samples), offloaded.step(samples)
         assert got.grad_norm == pytest.approx(expected.grad_norm, rel=1e-5)
     assert (expected.grad_norm > grad_clip) == (grad_clip < 1.0)  # only "clipped" clips
     for a, b in zip(on_device.masters.masters, offloaded.masters.masters, strict=True):
-        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(b, a.cpu(), rtol=1e-5, atol=1e-7)
     for a, b in zip(on_device.model.parameters(), offloaded.model.parameters(), strict=True):
         torch.testing.assert_close(b, a)  # bf16 tolerances: a rounding may differ by one spacing
     moved = sum(int((a != b.detach()).sum()) for a, b in zip(
