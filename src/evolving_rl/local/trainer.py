@@ -263,13 +263,11 @@ class GRPOTrainer:
         self.uses_entropy = any(c != 0 for c in (loss.entropy_coef.solver,
                                                  loss.entropy_coef.extractor))
         trainable = [p for p in model.parameters() if p.requires_grad]
-        offload = local.optimizer_device == "cpu"
         self.masters = _masters(trainable, local)
         self.optimized = self.masters.masters if self.masters is not None else trainable
-        self.state_device = torch.device("cpu") if offload else self.device
         self.optimizer = torch.optim.AdamW(
             self.optimized, lr=loss.lr, betas=(loss.adam_beta1, loss.adam_beta2),
-            weight_decay=loss.weight_decay, **({"fused": True} if offload else {}))
+            weight_decay=loss.weight_decay, **({"fused": True} if self.offloaded else {}))
         if local.gradient_checkpointing:
             enable_checkpointing(model)
         if local.release_freed_memory and not release_freed_memory():
@@ -350,11 +348,16 @@ class GRPOTrainer:
         metrics.tokens_per_s = metrics.n_sequence_tokens / max(metrics.duration_s, 1e-9)
         return metrics
 
+    @property
+    def offloaded(self) -> bool:
+        """Whether the masters and AdamW's state live in CPU memory (`OffloadedMasters`)."""
+        return isinstance(self.masters, OffloadedMasters)
+
     def _apply_gradients(self) -> torch.Tensor:
         """Clip the gradients, step AdamW unless their norm is NaN or infinite (the weights then
         stay as they were), clear them; the norm before clipping."""
         clip = self.loss_cfg.grad_clip
-        if isinstance(self.masters, OffloadedMasters):
+        if self.offloaded:
             return self.masters.clip_and_step(self.optimizer, clip)
         if self.masters is not None:
             self.masters.load_grads()
@@ -385,9 +388,12 @@ class GRPOTrainer:
 
     def load_state(self, directory: str | Path) -> None:
         """Restore the step count saved by `save` in `directory`, and the optimiser state when it
-        was saved (otherwise the optimiser starts afresh, which is logged)."""
-        state = torch.load(Path(directory) / STATE_FILE, map_location=self.state_device,
-                           weights_only=True)
+        was saved (otherwise the optimiser starts afresh, which is logged). Offloaded, the file
+        is mapped rather than read whole: a 7B model's saved masters and moments (91 GB) beside
+        its live masters would not fit the host; AdamW's writes make the pages its own (until
+        then the file must not be overwritten in place; the job never does)."""
+        state = torch.load(Path(directory) / STATE_FILE, weights_only=True, mmap=self.offloaded,
+                           map_location="cpu" if self.offloaded else self.device)
         if "optimizer" in state:
             self.optimizer.load_state_dict(state["optimizer"])
         else:
