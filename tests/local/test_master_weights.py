@@ -63,7 +63,7 @@ def test_resume_restores_the_masters(loss_cfg, local_cfg, batch, tmp_path):
     trainer = _bf16_trainer(loss_cfg, local_cfg, True)
     trainer.step(batch[:3])
     trainer.save(tmp_path / "ckpt")
-    saved = trainer.masters.state_dict()
+    saved = [master.clone() for master in trainer.masters.state_dict()]
     expected = trainer.step(batch[3:])
     resumed = GRPOTrainer(load_model(tmp_path / "ckpt", dtype="bfloat16"), trainer.ref_model,
                           dataclasses.replace(loss_cfg, lr=SMALL_LR),

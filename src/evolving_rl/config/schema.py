@@ -316,6 +316,13 @@ class LocalConfig:
     `master_weights`: a model loaded in bfloat16 is optimised through float32 copies of its
     weights, rounded back into it after each step (Megatron's `--bf16` main parameters); off, the
     optimiser updates the bf16 weights in place and updates below half their spacing are lost.
+    `optimizer_device`: "model" keeps the optimiser's float32 master weights and AdamW moments on
+    the model's device; "cpu" keeps them in CPU memory (float32 masters whatever `master_weights`
+    says): each step copies the gradients to the CPU one parameter at a time, steps a fused CPU
+    AdamW there (`torch_threads` threads) and copies the rounded weights back. It moves 12 bytes
+    a parameter off the device (a 7B model: 91 GB, which with the bf16 model, its reference and
+    its gradients do not fit one 141 GB GPU), for a slower step and as much CPU memory
+    (benchmarks/model_fit.py measures both).
     Data preparation: `games_per_type` generated games per task type and split (skipped when the
     data root already holds games); `eval_repeats` repeats of the before/after evaluation.
     Held-out evaluation: `eval_protocols_before` / `eval_protocols_after` are the protocols
@@ -343,6 +350,7 @@ class LocalConfig:
     logit_chunk_tokens: int = bounded(256, ge=0)
     release_freed_memory: bool = True
     master_weights: bool = True
+    optimizer_device: Literal["model", "cpu"] = "model"
     n_eval_games: int = bounded(8, ge=0)
     eval_repeats: int = bounded(1, ge=1)
     eval_protocols_before: tuple[JobEvalProtocol, ...] = ("reference",)

@@ -24,7 +24,8 @@ its inputs and reduces it.
   activations leave the resident set instead of fragmenting the heap.
 - A model in a lower precision than float32 is optimised through float32 master copies of its
   weights (`local.master_weights`, on by default, as Megatron's `--bf16` does;
-  `evolving_rl.local.master_weights` says why).
+  `evolving_rl.local.master_weights` says why); with `local.optimizer_device: cpu` those copies
+  and AdamW's state live in CPU memory and a fused CPU AdamW steps them (`OffloadedMasters`).
 - Samples that are not trainable (status) or have no loss-mask token are skipped.
 """
 
@@ -46,7 +47,7 @@ from tqdm import tqdm
 from evolving_rl.config.schema import LocalConfig, LossConfig
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import TrainSample
-from evolving_rl.local.master_weights import MasterWeights
+from evolving_rl.local.master_weights import MasterWeights, OffloadedMasters
 from evolving_rl.losses import per_token_policy_loss
 
 logger = logging.getLogger(__name__)
@@ -235,6 +236,16 @@ def _with_progress(batches: Sequence[TokenBatch], enabled: bool) -> Iterator[Tok
             bar.update(batch.n_sequence_tokens)
 
 
+def _masters(trainable: list[torch.nn.Parameter], local: LocalConfig) -> MasterWeights | None:
+    """The float32 copies the optimiser steps (`local.optimizer_device`, `local.master_weights`);
+    None: it steps the model's own parameters."""
+    if local.optimizer_device == "cpu":
+        return OffloadedMasters(trainable)
+    if local.master_weights and MasterWeights.needed(trainable):
+        return MasterWeights(trainable)
+    return None
+
+
 class GRPOTrainer:
     """Optimises `model` in place on the samples of one rollout per `step` call."""
 
@@ -252,12 +263,11 @@ class GRPOTrainer:
         self.uses_entropy = any(c != 0 for c in (loss.entropy_coef.solver,
                                                  loss.entropy_coef.extractor))
         trainable = [p for p in model.parameters() if p.requires_grad]
-        self.masters = (MasterWeights(trainable)
-                        if local.master_weights and MasterWeights.needed(trainable) else None)
+        self.masters = _masters(trainable, local)
         self.optimized = self.masters.masters if self.masters is not None else trainable
         self.optimizer = torch.optim.AdamW(
-            self.optimized, lr=loss.lr,
-            betas=(loss.adam_beta1, loss.adam_beta2), weight_decay=loss.weight_decay)
+            self.optimized, lr=loss.lr, betas=(loss.adam_beta1, loss.adam_beta2),
+            weight_decay=loss.weight_decay, **({"fused": True} if self.offloaded else {}))
         if local.gradient_checkpointing:
             enable_checkpointing(model)
         if local.release_freed_memory and not release_freed_memory():
@@ -323,18 +333,11 @@ class GRPOTrainer:
             return metrics
         self.model.train()
         means = self._accumulate(batches, backward=True)
-        if self.masters is not None:
-            self.masters.load_grads()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.optimized, self.loss_cfg.grad_clip)
+        grad_norm = self._apply_gradients()
         metrics.skipped = not bool(torch.isfinite(grad_norm))
         if metrics.skipped:
             logger.warning("step %d: gradient norm %s is not finite: update skipped, the "
                            "weights are unchanged", self.step_count, float(grad_norm))
-        else:
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.masters is not None and not metrics.skipped:
-            self.masters.write_back()
         self.model.eval()
         for name in ("loss", *TERMS):
             setattr(metrics, name, means[name])
@@ -344,6 +347,28 @@ class GRPOTrainer:
         metrics.duration_s = time.perf_counter() - started
         metrics.tokens_per_s = metrics.n_sequence_tokens / max(metrics.duration_s, 1e-9)
         return metrics
+
+    @property
+    def offloaded(self) -> bool:
+        """Whether the masters and AdamW's state live in CPU memory (`OffloadedMasters`)."""
+        return isinstance(self.masters, OffloadedMasters)
+
+    def _apply_gradients(self) -> torch.Tensor:
+        """Clip the gradients, step AdamW unless their norm is NaN or infinite (the weights then
+        stay as they were), clear them; the norm before clipping."""
+        clip = self.loss_cfg.grad_clip
+        if self.offloaded:
+            return self.masters.clip_and_step(self.optimizer, clip)
+        if self.masters is not None:
+            self.masters.load_grads()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.optimized, clip)
+        finite = bool(torch.isfinite(grad_norm))
+        if finite:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.masters is not None and finite:
+            self.masters.write_back()
+        return grad_norm
 
     def save(self, directory: str | Path, tokenizer: object | None = None) -> Path:
         """An HF checkpoint of the policy (+ tokenizer) and the step count; with
@@ -363,9 +388,12 @@ class GRPOTrainer:
 
     def load_state(self, directory: str | Path) -> None:
         """Restore the step count saved by `save` in `directory`, and the optimiser state when it
-        was saved (otherwise the optimiser starts afresh, which is logged)."""
-        state = torch.load(Path(directory) / STATE_FILE, map_location=self.device,
-                           weights_only=True)
+        was saved (otherwise the optimiser starts afresh, which is logged). Offloaded, the file
+        is mapped rather than read whole: a 7B model's saved masters and moments (91 GB) beside
+        its live masters would not fit the host; AdamW's writes make the pages its own (until
+        then the file must not be overwritten in place; the job never does)."""
+        state = torch.load(Path(directory) / STATE_FILE, weights_only=True, mmap=self.offloaded,
+                           map_location="cpu" if self.offloaded else self.device)
         if "optimizer" in state:
             self.optimizer.load_state_dict(state["optimizer"])
         else:
