@@ -81,6 +81,7 @@ def test_protocol_table_pools_seeds_per_group_and_tests_both_ways(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # ~8 min on 2 shared cores: six types of games, SmolLM2 on the CPU
 def test_the_paper_profile_runs_end_to_end_on_cpu(tmp_path):
     """configs/local_gpu_paper.yaml at CPU size (SmolLM2, one game per type and split, one
     step): six types generated, training on train_seen, both after-training protocols recorded
