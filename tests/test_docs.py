@@ -36,7 +36,8 @@ HEADING = re.compile(r"^#{2,6}\s+(\d+(?:\.\d+)*)[.\s]", re.MULTILINE)
 PRIVATE_NOTE = re.compile(r"\bDESIGN\b")
 TREE_ROOTS = (".ci", "benchmarks", "configs", "docs", "env", "scripts", "src/evolving_rl",
               "pyproject.toml")
-SUMMARISED = ("docs/figures/", "tests/", "slime/", "data/", "models/")
+SUMMARISED = ("docs/figures/", "docs/results/", "tests/", "slime/", "data/", "models/")
+RESULT_LINK = re.compile(r"docs/results/([\w.-]+\.md)")
 LAYER_ROW = re.compile(r"^\|\s*\d+\s*\|\s*`([^`]+)`\s*\|(.*)\|\s*$", re.MULTILINE)
 ENUMERATED_UNITS = ("domains/", "env/")  # rows that name every module and package inside them
 
@@ -226,3 +227,13 @@ def test_the_layer_table_check_wants_nested_packages_in_their_row(tmp_path) -> N
     assert layer_table_problems(table.format("the job"), tmp_path) == [
         "row local/ does not name engine/"]  # notices/ is data: no __init__.py
     assert layer_table_problems(table.format("the decoder (`engine/`)"), tmp_path) == []
+
+
+def test_every_result_report_is_linked_and_every_link_exists() -> None:
+    """docs/results/ holds one report per experiment: each is linked from the README or the
+    design, and every report they link is there."""
+    linked = {name for doc in ("README.md", "docs/design.md")
+              for name in RESULT_LINK.findall((ROOT / doc).read_text(encoding="utf-8"))}
+    present = {path.name for path in (ROOT / "docs" / "results").glob("*.md")}
+    assert linked - present == set(), "linked but missing"
+    assert present - linked == set(), "reports no README or design line links"
