@@ -118,6 +118,10 @@ def test_an_error_names_where_its_value_came_from() -> None:
     with pytest.raises(ConfigError) as err:
         load_config(path, overrides=["local=3"])
     assert "in --set local=3:" in str(err.value)
+    for override in ("foo.bar=1", "local.foo.bar=1"):  # an unknown section the --set made
+        with pytest.raises(ConfigError) as err:
+            load_config(path, overrides=[override])
+        assert f"in --set {override}: unknown key" in str(err.value)
     with pytest.raises(ConfigError) as err:  # the file's value, though another key was set
         parse_config({"pipeline": {"top_k": 0}}, path, overrides=["pipeline.n_skills=2"])
     assert f"config key 'pipeline.top_k' in {path}:" in str(err.value)

@@ -33,11 +33,13 @@ def _set_key(override: str) -> str:
 
 def value_source(key: str, overrides: tuple[str, ...] | list[str],
                  source: str | Path | None) -> str | Path | None:
-    """Where the value of `key` came from: the last `--set` of it (or of a section holding it),
+    """Where the value of `key` came from: the last `--set` of it, of a section holding it or of
+    a key inside it (an unknown section that `--set foo.bar=1` made is named as that `--set`),
     else the file."""
     for override in reversed(overrides):
         set_key = _set_key(override)
-        if key == set_key or key.startswith((f"{set_key}.", f"{set_key}[")) or key == override:
+        if (key in (set_key, override) or key.startswith((f"{set_key}.", f"{set_key}["))
+                or set_key.startswith(f"{key}.")):
             return f"--set {override}"
     return source
 
