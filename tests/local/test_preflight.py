@@ -1,16 +1,34 @@
-"""The main job's checks before it writes anything: a port clash or a missing path stops it with
-the config key to change, and a finished run in the output folder is left byte-identical."""
+"""The main job's checks before it writes anything: a port clash, a device torch cannot use, a
+missing model or path, or too little disk for the checkpoints stops it with the config key to
+change, and a finished run in the output folder is left byte-identical."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import shutil
 import socket
+import struct
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
+import torch
+
+import evolving_rl.local.job as job
 from env.launch import free_port, free_port_block
+from evolving_rl.config import load_config
+from evolving_rl.config.schema import LocalConfig
 from evolving_rl.local.__main__ import main
-from evolving_rl.local.preflight import port_problems
+from evolving_rl.local.model import QWEN_CODER_MODEL
+from evolving_rl.local.preflight import (
+    checkpoint_bytes,
+    device_problem,
+    disk_problems,
+    model_problems,
+    port_problems,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,13 +73,18 @@ def test_a_port_clash_leaves_a_finished_run_byte_identical(tmp_path, caplog):
     assert "--set alfworld.router_port=" in message and "nothing was written" in message
 
 
-def test_missing_paths_are_named_by_their_keys(tmp_path, caplog):
+def _refused(tmp_path: Path, caplog: pytest.LogCaptureFixture, *sets: str) -> str:
+    """The error of a job refused with `--set` each of `sets`, having written nothing."""
     run = tmp_path / "run"
     with caplog.at_level(logging.ERROR):
-        code = main(_args(run, free_port(), ("--set", f"local.resume_from={tmp_path}/nope",
-                                             "--set", f"local.model={tmp_path}/no_model")))
+        code = main(_args(run, free_port(), tuple(f"--set={item}" for item in sets)))
     assert code == 2 and not run.exists()
-    message = caplog.records[-1].getMessage()
+    return caplog.records[-1].getMessage()
+
+
+def test_missing_paths_are_named_by_their_keys(tmp_path, caplog):
+    message = _refused(tmp_path, caplog, f"local.resume_from={tmp_path}/nope",
+                       f"local.model={tmp_path}/no_model")
     assert "local.resume_from: no checkpoint" in message and "local.model:" in message
 
 
@@ -75,3 +98,98 @@ def test_a_taken_worker_port_names_the_base_key_and_a_free_block():
     assert found.startswith(f"alfworld.worker_base_port: port {base + 1} on 127.0.0.1 is in use")
     spare = int(found.rsplit("=", 1)[1])
     assert spare not in (base, base + 1)
+
+
+class PastPreflight(Exception):
+    """The job went on after its preflight."""
+
+
+@pytest.fixture
+def stop_after_preflight(monkeypatch):
+    """A job that passes its preflight stops at its first step after archiving, not later."""
+    def refuse(_seed: int) -> None:
+        raise PastPreflight
+    monkeypatch.setattr(job, "seed_everything", refuse)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_cuda_device_without_cuda_leaves_a_finished_run_byte_identical(
+        tmp_path, caplog, stop_after_preflight):
+    run = tmp_path / "runs" / "local_cpu"
+    _finished_run(run)
+    before = _snapshot(run)
+    with caplog.at_level(logging.ERROR):
+        code = main(_args(run, free_port(), ("--set", "local.device=cuda", "--set",
+                                             "local.dtype=bfloat16", "--set",
+                                             "retrieval.device=cuda:1")))
+    assert code == 2 and _snapshot(run) == before
+    message = caplog.records[-1].getMessage()
+    assert "local.device: 'cuda' but this torch is built without CUDA" in message
+    assert "--set local.device=cpu" in message and "--set retrieval.device=cpu" in message
+
+
+def test_a_missing_cuda_index_names_a_visible_one(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert device_problem("local.device", "cuda:0") is None
+    assert device_problem("retrieval.device", "cuda:1") == (
+        "retrieval.device: 'cuda:1' but only 1 CUDA device(s) are visible; "
+        "--set retrieval.device=cuda:0")
+    assert device_problem("local.device", "gpu").startswith("local.device: 'gpu' is not a torch")
+
+
+def test_a_missing_gguf_is_named_with_its_fetch_hint(tmp_path, caplog, stop_after_preflight):
+    message = _refused(tmp_path, caplog, f"local.model={QWEN_CODER_MODEL.name}",
+                       f"local.models_dir={tmp_path}")
+    assert f"local.model: {QWEN_CODER_MODEL.name!r} is not converted yet" in message
+    assert "get_qwen2.5_coder.sh --size 0.5b" in message
+
+
+def _config(*overrides: str):
+    return load_config(ROOT / "configs/local_cpu.yaml", overrides)
+
+
+def test_a_converted_gguf_model_needs_no_gguf_and_a_missing_encoder_is_named(tmp_path):
+    (tmp_path / QWEN_CODER_MODEL.folder).mkdir()
+    (tmp_path / QWEN_CODER_MODEL.folder / "config.json").write_text("{}")
+    cfg = _config(f"local.model={QWEN_CODER_MODEL.name}", f"local.models_dir={tmp_path}",
+                  f"retrieval.model={tmp_path}/no_encoder")
+    (found,) = model_problems(cfg)
+    assert found.startswith("retrieval.model: embedding model folder not found")
+
+
+def _model_folder(folder: Path, shapes: dict[str, list[int]]) -> None:
+    """An HF folder whose safetensors header declares `shapes` (float32; no tensor data)."""
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    header = json.dumps({name: {"dtype": "F32", "shape": shape, "data_offsets": [0, 0]}
+                         for name, shape in shapes.items()}).encode()
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+
+
+def test_too_little_disk_for_the_checkpoints_is_named_with_the_estimate(tmp_path, monkeypatch):
+    _model_folder(tmp_path / "model", {"embed": [1000, 100], "norm": [100]})
+    free = {"bytes": 0}
+    monkeypatch.setattr(shutil, "disk_usage",
+                        lambda _path: SimpleNamespace(free=free["bytes"]))
+    cfg = _config(f"local.model={tmp_path / 'model'}", f"run.output_dir={tmp_path}/run/a",
+                  "local.dtype=float32", "local.checkpoint_every=2", "local.train_steps=3")
+    (found,) = disk_problems(cfg)
+    # 100,100 float32 parameters: weights 0.40 MB + AdamW moments 0.80 MB, at steps 2 and 3
+    assert found.startswith("run.output_dir: 2 checkpoint(s) of 100,100 parameters need about "
+                            "2.40 MB (weights 0.40 MB + trainer state 0.80 MB each) but "
+                            f"{tmp_path} has 0.00 MB free")
+    assert "--set local.save_trainer_state=false" in found
+    free["bytes"] = 2 * 3 * 4 * 100_100
+    assert disk_problems(cfg) == []
+
+
+def test_the_trainer_state_estimate_follows_the_masters():
+    params = 10
+    assert checkpoint_bytes(params, LocalConfig(dtype="float32")) == (40, 80)
+    assert checkpoint_bytes(params, LocalConfig(dtype="bfloat16")) == (20, 120)
+    assert checkpoint_bytes(params, LocalConfig(dtype="bfloat16", master_weights=False)) == (
+        20, 40)
+    assert checkpoint_bytes(params, LocalConfig(dtype="float32", optimizer_device="cpu")) == (
+        40, 120)
+    assert checkpoint_bytes(params, LocalConfig(save_trainer_state=False)) == (40, 0)

@@ -20,10 +20,11 @@ Every record goes to `<run>/metrics.jsonl` (its numbers also to TensorBoard even
 skills to `<run>/skill_library.jsonl`; the validated config the run used (overrides applied) to
 `<run>/config.yaml`.
 
-Before any of it, `local.preflight` checks every port the servers will bind and every path the
-job reads, and refuses to start (naming the config key to `--set`) with nothing written or
-moved; only then is an earlier run in the folder moved, whole, into a new
-`<run>/previous-<UTC time>/` (an archive is never written into again).
+Before any of it, `local.preflight` checks every port the servers will bind, the devices, the
+models and paths the job reads and the disk its checkpoints need, and refuses to start (naming
+the config key to `--set`) with nothing written or moved; only then is an earlier run in the
+folder moved, whole, into a new `<run>/previous-<UTC time>/` (an archive is never written into
+again).
 
 A config whose trained roles sample at top-p < 1 is refused before any stage (`check_sampling`):
 the in-process decoder samples from the nucleus but returns, and the trainer recomputes, log-probs
@@ -255,7 +256,7 @@ def run_job(cfg: Config) -> JobResult:
     """Run every stage of the module docstring; returns what was measured."""
     services = env_services(cfg)  # first: an unregistered environment fails before any stage
     check_sampling(cfg)
-    preflight(cfg, services)  # ports and paths, before anything is written or moved
+    preflight(cfg, services)  # before anything is written or moved
     result = JobResult(run_dir=Path(cfg.run.output_dir))
     result.run_dir.mkdir(parents=True, exist_ok=True)
     if not cfg.local.resume_from:

@@ -70,7 +70,7 @@ class GgufModel:
             return _package_file(self.package, self.gguf_name)
         path = models_dir / self.gguf_name
         if not path.is_file():
-            raise FileNotFoundError(f"local.model {self.name!r}: no {path}; {self.fetch_hint}")
+            raise FileNotFoundError(f"no {path}; {self.fetch_hint}")
         return path
 
 

@@ -1,24 +1,50 @@
 """Checks the local main job runs before it writes or moves anything (`preflight`).
 
-Owns what a mistake would otherwise cost a run: every server port the job will bind (the
-retrieval server's and the environment's: its services module's `ports(cfg)` when it has one,
-else every `*port` field of its config section) must be free, and every path the job reads
-(`local.resume_from`, an HF folder named as `local.model`) must exist. Each failure names the
-config key and how to change it with `--set`; all failures are reported together in one
-`ConfigError`, so one attempt shows every mistake.
+Owns what a mistake would otherwise cost a run, found before an earlier run is moved aside:
+
+- ports: every server port the job will bind (the retrieval server's and the environment's: its
+  services module's `ports(cfg)` when it has one, else every `*port` field of its config
+  section) must be free;
+- devices: `local.device` and `retrieval.device` must be torch devices, and a `cuda`/`cuda:N`
+  one needs a torch built with CUDA that sees device N. Their dtypes are not checked: float32
+  and bfloat16 both run on the CPU and on every GPU torch supports (bfloat16 natively from
+  compute capability 8.0, emulated before);
+- models: `local.model` is one of `GGUF_MODELS` whose converted folder exists or whose GGUF file
+  can be found (else the fetch hint of `GgufModel.gguf_path`), or an HF folder (config.json);
+  `local.resume_from` is a checkpoint folder; `retrieval.model` resolves
+  (`retrieval.encoder.resolve_model`);
+- disk: the filesystem of `run.output_dir` has room for the checkpoints the run will write,
+  estimated from the parameter count in the safetensors headers of the folder the weights start
+  from (`checkpoint_bytes`); skipped when no such folder exists yet (a GGUF model converted on
+  first use) or it holds no safetensors file.
+
+GPU memory is not checked: beyond the weights, what a run needs (the KV cache of
+`local.max_batch_generate` rows, activations, the allocator's fragmentation) is only known by
+running it (`benchmarks/model_fit.py` measures it), and reading the free memory would initialise
+CUDA in the job's process before its data stage starts workers.
+
+Each failure is one line naming the config key and, where one value fixes it, the `--set` to
+use; all failures are reported together in one `ConfigError`, so one attempt shows every mistake.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
+import shutil
+import struct
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 
+import torch
+
 from env.launch import free_port_block, port_taken
 from evolving_rl.config import ConfigError
-from evolving_rl.config.schema import Config
-from evolving_rl.local.model import GGUF_MODELS
+from evolving_rl.config.schema import Config, LocalConfig
+from evolving_rl.local.model import DTYPES, GGUF_MODELS
+from evolving_rl.retrieval.encoder import ModelLoadError, resolve_model
 
 # config key -> (host, first port, how many consecutive ports from it)
 PortMap = Mapping[str, tuple[str, int, int]]
@@ -51,24 +77,140 @@ def port_problems(ports: PortMap) -> list[str]:
     return problems
 
 
-def path_problems(cfg: Config) -> list[str]:
-    """One line per path the job reads that is missing, or written that cannot be."""
+def device_problem(key: str, device: str) -> str | None:
+    """Why torch cannot put a model on `device` here, naming `key`; None when it can."""
+    try:
+        parsed = torch.device(device)
+    except RuntimeError:
+        return f"{key}: {device!r} is not a torch device (cpu, cuda, cuda:N); --set {key}=cpu"
+    if parsed.type != "cuda":
+        return None
+    if not torch.cuda.is_available():
+        why = ("this torch is built without CUDA" if torch.version.cuda is None
+               else "no CUDA device is visible")
+        return f"{key}: {device!r} but {why} (torch {torch.__version__}); --set {key}=cpu"
+    count = torch.cuda.device_count()
+    if parsed.index is not None and parsed.index >= count:
+        return (f"{key}: {device!r} but only {count} CUDA device(s) are visible; "
+                f"--set {key}=cuda:0")
+    return None
+
+
+def device_problems(cfg: Config) -> list[str]:
+    """`local.device` and `retrieval.device` (module docstring)."""
+    found = (device_problem("local.device", cfg.local.device),
+             device_problem("retrieval.device", cfg.retrieval.device))
+    return [problem for problem in found if problem]
+
+
+def _has_config(folder: Path) -> bool:
+    return (folder / "config.json").is_file()
+
+
+def model_problems(cfg: Config) -> list[str]:
+    """`local.model`, `local.resume_from` and `retrieval.model` (module docstring)."""
     local = cfg.local
     problems = []
-    if local.resume_from and not (Path(local.resume_from) / "config.json").is_file():
+    if local.resume_from and not _has_config(Path(local.resume_from)):
         problems.append(f"local.resume_from: no checkpoint (config.json) in {local.resume_from}")
-    if local.model not in GGUF_MODELS and not (Path(local.model) / "config.json").is_file():
+    spec = GGUF_MODELS.get(local.model)
+    if spec is None and not _has_config(Path(local.model)):
         problems.append(f"local.model: {local.model!r} is neither one of "
                         f"{sorted(GGUF_MODELS)} nor an HF model folder (config.json)")
+    elif spec is not None and not _has_config(Path(local.models_dir) / spec.folder):
+        try:
+            spec.gguf_path(Path(local.models_dir))
+        except FileNotFoundError as err:
+            problems.append(f"local.model: {local.model!r} is not converted yet (no "
+                            f"{Path(local.models_dir) / spec.folder}) and its GGUF file is "
+                            f"missing: {err}")
+    try:
+        resolve_model(cfg.retrieval.model)
+    except ModelLoadError as err:
+        problems.append(f"retrieval.model: {err}")
+    return problems
+
+
+def weights_folder(local: LocalConfig) -> Path | None:
+    """The HF folder the trained weights are loaded from, when it exists already."""
+    spec = GGUF_MODELS.get(local.model)
+    model = Path(local.models_dir) / spec.folder if spec else Path(local.model)
+    folder = Path(local.resume_from) if local.resume_from else model
+    return folder if _has_config(folder) else None
+
+
+def parameter_count(folder: Path) -> int | None:
+    """The parameters stored in `folder`'s safetensors files (from their headers), or None."""
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        return None
+    total = 0
+    for path in files:
+        with path.open("rb") as handle:
+            (size,) = struct.unpack("<Q", handle.read(8))
+            header = json.loads(handle.read(size))
+        total += sum(math.prod(tensor["shape"]) for name, tensor in header.items()
+                     if name != "__metadata__")
+    return total
+
+
+def checkpoint_bytes(params: int, local: LocalConfig) -> tuple[int, int]:
+    """(weights, trainer state) bytes of one checkpoint of a `params`-parameter model: the
+    weights in `local.dtype`; with `local.save_trainer_state`, AdamW's two moments, in float32
+    with the float32 master weights also saved (`local.optimizer_device` cpu, or
+    `local.master_weights` with a bfloat16 model), else in the model's dtype."""
+    width = DTYPES[local.dtype].itemsize
+    if not local.save_trainer_state:
+        return params * width, 0
+    masters = local.optimizer_device == "cpu" or (local.master_weights
+                                                   and local.dtype != "float32")
+    return params * width, params * (4 + 2 * 4 if masters else 2 * width)
+
+
+def checkpoint_count(local: LocalConfig) -> int:
+    """Checkpoints a fresh run writes: every `checkpoint_every` steps, and the final one."""
+    every, steps = local.checkpoint_every, local.train_steps
+    return len(set(range(every, steps + 1, every)) | {steps}) if every else 1
+
+
+def _size(size: int) -> str:
+    return f"{size / 1e9:.2f} GB" if size >= 10**8 else f"{size / 1e6:.2f} MB"
+
+
+def disk_problems(cfg: Config) -> list[str]:
+    """The checkpoints' estimated size against the free space of `run.output_dir`."""
+    folder = weights_folder(cfg.local)
+    params = parameter_count(folder) if folder else None
+    if params is None:
+        return []
+    weights, state = checkpoint_bytes(params, cfg.local)
+    count = checkpoint_count(cfg.local)
+    need = count * (weights + state)
+    existing = Path(cfg.run.output_dir).absolute()
+    while not existing.exists():
+        existing = existing.parent
+    free = shutil.disk_usage(existing).free
+    if free >= need:
+        return []
+    lighter = " or --set local.save_trainer_state=false," if state else ""
+    return [f"run.output_dir: {count} checkpoint(s) of {params:,} parameters need about "
+            f"{_size(need)} (weights {_size(weights)} + trainer state {_size(state)} each) but "
+            f"{existing} has {_size(free)} free; free space,{lighter} or --set "
+            f"run.output_dir=<a folder on a larger disk>"]
+
+
+def path_problems(cfg: Config) -> list[str]:
+    """`run.output_dir` must be a folder, if it exists."""
     run_dir = Path(cfg.run.output_dir)
     if run_dir.exists() and not run_dir.is_dir():
-        problems.append(f"run.output_dir: {run_dir} is a file, not a folder")
-    return problems
+        return [f"run.output_dir: {run_dir} is a file, not a folder"]
+    return []
 
 
 def preflight(cfg: Config, services: ModuleType) -> None:
     """Raise one `ConfigError` listing every problem above; nothing was written or started."""
-    problems = path_problems(cfg) + port_problems(config_ports(cfg, services))
+    problems = (device_problems(cfg) + model_problems(cfg) + path_problems(cfg)
+                + disk_problems(cfg) + port_problems(config_ports(cfg, services)))
     if problems:
         raise ConfigError("", "the run did not start; nothing was written or moved:\n  "
                           + "\n  ".join(problems))
