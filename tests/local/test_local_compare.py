@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from env.launch import free_port_block
 from evolving_rl.config import load_config
@@ -200,3 +201,26 @@ def test_a_launch_archives_the_earlier_run_and_the_job_keeps_its_log(tmp_path, m
     assert (archive / "metrics.jsonl").read_text() == "earlier\n"
     assert (archive / "job.log").read_text() == "earlier log\n"
     assert (run_dir / "job.log").read_text() == "this run\n"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_run_that_cannot_start_stops_the_comparison_with_nothing_moved(tmp_path, monkeypatch,
+                                                                         caplog):
+    from evolving_rl.local.experiments import compare
+
+    earlier = tmp_path / "evolving_seed0"
+    earlier.mkdir()
+    (earlier / "metrics.jsonl").write_text("earlier\n")
+
+    def prepare(_cfg):
+        raise AssertionError("the comparison went on past its preflight")
+
+    monkeypatch.setattr(compare, "prepare_shared", prepare)
+    code = compare.main(["--config", str(ROOT / "configs" / "local_cpu.yaml"), "--seeds", "0",
+                         "--methods", "evolving", "--out", str(tmp_path),
+                         "--set", "local.device=cuda"])
+    assert code == 2 and [p.name for p in tmp_path.iterdir()] == ["evolving_seed0"]
+    assert [p.name for p in earlier.iterdir()] == ["metrics.jsonl"]
+    message = caplog.records[-1].getMessage()
+    assert message.startswith("evolving seed 0: the run did not start")
+    assert "local.device: 'cuda' but" in message

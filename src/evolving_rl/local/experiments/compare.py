@@ -7,7 +7,8 @@ Owns the plan (one run per (method, seed): `pipeline.method`, `run.seed`, its ow
 `<out>/<method>_seed<seed>/`, its own loopback ports and server log folders), the launch (the
 shared data, retrieval cache and model are prepared once here, then every run is a child process
 `python -m evolving_rl.local`, at most `--parallel` at a time, its output in `<run>/job.log`) and
-the aggregate (`compare_report`: curves and held-out table, mean ± std over seeds).
+the aggregate (`compare_report`: curves and held-out table, mean ± std over seeds). Every run's
+preflight (`local.preflight`) passes before anything is prepared or an earlier run moved.
 
 Ports: every config field named `port` or `*_port` is shifted by `run index x stride`, the
 smallest stride (a multiple of `PORT_BLOCK`) at which the blocks of `PORT_BLOCK` ports from each
@@ -106,6 +107,21 @@ def prepare_shared(cfg: Config) -> None:
     resolve_model_path(cfg.local.model, cfg.local.models_dir)
 
 
+def preflight_runs(runs: list[PlannedRun], config: str, overrides: list[str]) -> None:
+    """Every run's `local.preflight` (as its child would run it) before anything is prepared or
+    archived: a run that cannot start stops the comparison with nothing moved (each run's disk
+    check counts its own checkpoints only)."""
+    from evolving_rl.local.preflight import preflight
+    from evolving_rl.local.servers import env_services
+
+    for run in runs:
+        cfg = load_config(config, [*overrides, *run.overrides])
+        try:
+            preflight(cfg, env_services(cfg))
+        except ConfigError as err:
+            raise ConfigError("", f"{run.method} seed {run.seed}: {err}") from None
+
+
 def launch(run: PlannedRun, config: str, overrides: list[str]) -> int:
     """Run one child job to its end; its stdout and stderr go to `<run>/job.log`. The child
     gets SIGTERM if this process dies first (and its servers with it: `local.servers.servers`)."""
@@ -166,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config, args.overrides)
         out = Path(args.out or f"{cfg.run.output_dir}_compare")
         runs = plan_runs(cfg, methods, seeds, out)
+        if not args.aggregate_only:
+            preflight_runs(runs, args.config, args.overrides)
     except ConfigError as err:
         logger.error("%s", err)
         return 2
