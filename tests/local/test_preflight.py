@@ -124,7 +124,7 @@ def test_a_cuda_device_without_cuda_leaves_a_finished_run_byte_identical(
                                              "retrieval.device=cuda:1")))
     assert code == 2 and _snapshot(run) == before
     message = caplog.records[-1].getMessage()
-    assert "local.device: 'cuda' but this torch is built without CUDA" in message
+    assert "local.device: 'cuda' but " in message  # no CUDA in this torch, or no GPU visible
     assert "--set local.device=cpu" in message and "--set retrieval.device=cpu" in message
 
 
