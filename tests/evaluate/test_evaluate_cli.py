@@ -21,7 +21,7 @@ from tests.fakes.tokenizer import ByteChatTokenizer
 from tests.servers import ROOT
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-       "PYTHONPATH": str(ROOT)}
+       "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}  # this tree's code
 
 
 def _evaluate(*args: str) -> subprocess.CompletedProcess:
@@ -35,6 +35,8 @@ def _evaluate(*args: str) -> subprocess.CompletedProcess:
       "--protocols", "library"], "needs --library"),
     (["--config", "configs/local_cpu.yaml", "--out", "x", "--sglang-url", "http://h"],
      "--tokenizer"),
+    (["--config", "configs/local_cpu.yaml", "--out", "x", "--sglang-url", "http://h",
+      "--tokenizer", "no_such_dir"], "no tokenizer folder at no_such_dir"),
     (["--config", "nope.yaml", "--out", "x", "--local", "m"], "nope.yaml"),
     (["--config", "configs/local_cpu.yaml", "--out", "x", "--local", "m",
       "--protocols", "oracle"], "invalid choice"),
@@ -49,7 +51,10 @@ def test_missing_data_names_what_to_run(tmp_path):
     config = tmp_path / "web.yaml"
     config.write_text(yaml.safe_dump({"environment": "mind2web", "mind2web": {
         "prepared_dir": str(tmp_path / "prepared")}}))
-    result = _evaluate("--config", str(config), "--out", str(tmp_path / "out"), "--local", "m")
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")  # the checkpoint is checked first
+    result = _evaluate("--config", str(config), "--out", str(tmp_path / "out"),
+                       "--local", str(tmp_path / "m"))
     assert result.returncode == 2
     assert "no prepared split 'test_task'" in result.stderr
     assert "bash scripts/web/prepare_data.sh" in result.stderr
