@@ -17,6 +17,7 @@ from env.launch import free_port, free_port_block
 from evolving_rl.clients.openai_compat import OpenAICompletionsClient, completions_body
 from evolving_rl.clients.policy import FinishReason, PolicyError, SamplingParams
 from evolving_rl.config import parse_config
+from evolving_rl.pipeline.eval_records import CaseStore
 from tests.fakes.tokenizer import ByteChatTokenizer
 from tests.servers import ROOT
 
@@ -158,5 +159,6 @@ def test_readme_cpu_command_evaluates_a_local_checkpoint(alfworld_data, tmp_path
     assert metrics["reference"]["eval/cases"] == 2.0 and metrics["no_skill"]["eval/cases"] == 2.0
     assert metrics["reference"]["eval/infra_failures"] == 0.0
     assert (out / "report.md").is_file() and (out / "valid_unseen.png").is_file()
-    assert len((out / "cases.jsonl").read_text().splitlines()) == 4
+    store = CaseStore(out / "cases.jsonl")
+    assert len(store.load()) == 4 and store.stored_key() == report["meta"]["cases_key"]
     assert not any((tmp_path / "logs").glob("*.pid"))
