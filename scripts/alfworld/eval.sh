@@ -7,7 +7,8 @@
 #
 # Default config: configs/alfworld.yaml. Options and environment: scripts/lib/eval_launch.sh (--help). The
 # data must be prepared first (scripts/alfworld/prepare_data.sh); the evaluation says so otherwise.
-# Results: <out>/report.md, report.json, one chart per split, cases.jsonl (rerun to resume).
+# Results: <out>/report.md, report.json, one chart per split, cases.jsonl (rerun to resume: cases are
+# kept under a digest of the checkpoint's files, settings and data; others are set aside).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"

@@ -19,6 +19,7 @@ import pytest
 
 from evolving_rl.evaluate.report import write_report
 from evolving_rl.evaluate.runner import EvalRequest, run_evaluation
+from tests.fakes.checkpoint import checkpoint_spec
 from tests.fakes.scripted import SKILLS, ScriptedPolicy, skill_responder
 from tests.fakes.tokenizer import ByteChatTokenizer
 from tests.fakes.web import GOOD_CARD
@@ -65,7 +66,7 @@ def test_seen_and_unseen_with_training_and_held_out_types(real_servers, contract
 
     request = EvalRequest(out_dir=tmp_path, splits=SPLITS, repeats=1, train_split="train_seen",
                           start_servers=False)
-    outcome = run_evaluation(cfg, opener, request)
+    outcome = run_evaluation(cfg, checkpoint_spec(tmp_path / "step_0001"), request, opener)
     assert outcome.train_types == train_types
     for split in SPLITS:
         metrics = outcome.results[split]["reference"]

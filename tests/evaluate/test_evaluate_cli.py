@@ -17,11 +17,12 @@ from env.launch import free_port, free_port_block
 from evolving_rl.clients.openai_compat import OpenAICompletionsClient, completions_body
 from evolving_rl.clients.policy import FinishReason, PolicyError, SamplingParams
 from evolving_rl.config import parse_config
+from evolving_rl.pipeline.eval_records import CaseStore
 from tests.fakes.tokenizer import ByteChatTokenizer
 from tests.servers import ROOT
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-       "PYTHONPATH": str(ROOT)}
+       "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}  # this tree's code
 
 
 def _evaluate(*args: str) -> subprocess.CompletedProcess:
@@ -35,6 +36,8 @@ def _evaluate(*args: str) -> subprocess.CompletedProcess:
       "--protocols", "library"], "needs --library"),
     (["--config", "configs/local_cpu.yaml", "--out", "x", "--sglang-url", "http://h"],
      "--tokenizer"),
+    (["--config", "configs/local_cpu.yaml", "--out", "x", "--sglang-url", "http://h",
+      "--tokenizer", "no_such_dir"], "no tokenizer folder at no_such_dir"),
     (["--config", "nope.yaml", "--out", "x", "--local", "m"], "nope.yaml"),
     (["--config", "configs/local_cpu.yaml", "--out", "x", "--local", "m",
       "--protocols", "oracle"], "invalid choice"),
@@ -49,7 +52,10 @@ def test_missing_data_names_what_to_run(tmp_path):
     config = tmp_path / "web.yaml"
     config.write_text(yaml.safe_dump({"environment": "mind2web", "mind2web": {
         "prepared_dir": str(tmp_path / "prepared")}}))
-    result = _evaluate("--config", str(config), "--out", str(tmp_path / "out"), "--local", "m")
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")  # the checkpoint is checked first
+    result = _evaluate("--config", str(config), "--out", str(tmp_path / "out"),
+                       "--local", str(tmp_path / "m"))
     assert result.returncode == 2
     assert "no prepared split 'test_task'" in result.stderr
     assert "bash scripts/web/prepare_data.sh" in result.stderr
@@ -153,5 +159,6 @@ def test_readme_cpu_command_evaluates_a_local_checkpoint(alfworld_data, tmp_path
     assert metrics["reference"]["eval/cases"] == 2.0 and metrics["no_skill"]["eval/cases"] == 2.0
     assert metrics["reference"]["eval/infra_failures"] == 0.0
     assert (out / "report.md").is_file() and (out / "valid_unseen.png").is_file()
-    assert len((out / "cases.jsonl").read_text().splitlines()) == 4
+    store = CaseStore(out / "cases.jsonl")
+    assert len(store.load()) == 4 and store.stored_key() == report["meta"]["cases_key"]
     assert not any((tmp_path / "logs").glob("*.pid"))

@@ -35,6 +35,7 @@ from evolving_rl.evaluate.runner import CASES_FILE, EvalRequest, run_evaluation
 from evolving_rl.pipeline.eval_records import CaseStore
 from evolving_rl.pipeline.evaluation import EvalProtocol
 from evolving_rl.pipeline.skill_library import SkillLibrary, SkillRecord
+from tests.fakes.checkpoint import checkpoint_spec
 from tests.fakes.scripted import SKILLS, ScriptedPolicy, skill_responder
 from tests.fakes.tokenizer import ByteChatTokenizer
 from tests.fakes.web import GoldPlay, WebSolver, gold_book
@@ -119,7 +120,8 @@ def test_every_protocol_on_every_split_against_hand_computed_numbers(web_eval, t
     opener, _, solver = _opener(book)
     library = _library(tmp_path / "library.jsonl", rows["train"])
     protocols = ("reference", "no_skill", "least_similar", "self_inclusion", "library")
-    outcome = run_evaluation(cfg, opener, _request(tmp_path / "out", *protocols, library=library))
+    request = _request(tmp_path / "out", *protocols, library=library)
+    outcome = run_evaluation(cfg, checkpoint_spec(tmp_path / "step_0001"), request, opener)
     assert solver.misses == []  # every prompt showed the generated page of its step
     assert outcome.train_types == {r["metadata"]["task_type"] for r in rows["train"]}
     assert not all(p.positive for plays in book.values() for p in plays)  # the rules differ
@@ -155,19 +157,20 @@ def test_every_protocol_on_every_split_against_hand_computed_numbers(web_eval, t
 def test_an_interrupted_run_resumes_to_the_same_report(web_eval, tmp_path):
     cfg, book, _ = web_eval
     opener, policy, _ = _opener(book)
-    whole = run_evaluation(cfg, opener, _request(tmp_path / "whole", "reference"))
+    spec = checkpoint_spec(tmp_path / "step_0001")
+    whole = run_evaluation(cfg, spec, _request(tmp_path / "whole", "reference"), opener)
     meta = {"environment": "mind2web", "policy": "scripted"}
     write_report(tmp_path / "whole", meta, whole.results)
     report = (tmp_path / "whole" / "report.md").read_text()
     assert "with skill, reference's fallback on steps without a positive candidate" in report
     first, _, _ = _opener(book, kill_at=policy.calls // 2)
     with pytest.raises(Killed):
-        run_evaluation(cfg, first, _request(tmp_path / "resumed", "reference"))
+        run_evaluation(cfg, spec, _request(tmp_path / "resumed", "reference"), first)
     done = len(CaseStore(tmp_path / "resumed" / CASES_FILE).load())
     total = int(sum(m["reference"]["eval/cases"] for m in whole.results.values()))
     assert 0 < done < total  # stopped half way: some cases finished, not all
     second, resumed_policy, _ = _opener(book)
-    resumed = run_evaluation(cfg, second, _request(tmp_path / "resumed", "reference"))
+    resumed = run_evaluation(cfg, spec, _request(tmp_path / "resumed", "reference"), second)
     assert resumed_policy.calls < policy.calls  # finished cases were not played again
     write_report(tmp_path / "resumed", meta, resumed.results)
     for name in ("report.json", "report.md"):

@@ -36,6 +36,7 @@ from evolving_rl.pipeline.evaluation import (
 )
 from evolving_rl.pipeline.expert import replay_expert
 from evolving_rl.pipeline.timing import IOClock
+from tests.fakes.checkpoint import checkpoint_spec
 from tests.fakes.context import fake_context, toy_rows
 from tests.fakes.env import ACTIONS, FakeEnvClient
 from tests.fakes.scripted import EXTRACTOR_MARKER, SKILLS, ScriptedPolicy, skill_responder
@@ -201,7 +202,8 @@ def test_an_environment_without_the_capability_fails_at_startup(tmp_path):
     request = EvalRequest(out_dir=tmp_path / "out", splits=("test_task",),
                           protocols=(EvalProtocol.WRITTEN_SKILL,))
     with pytest.raises(UnsupportedProtocolError, match="hand-written skills"):
-        run_evaluation(web, opener, request)  # before any split is read or server started
+        # before any split is read or server started
+        run_evaluation(web, checkpoint_spec(tmp_path / "step_0001"), request, opener)
     assert opened == [] and not (tmp_path / "out").exists()
 
 

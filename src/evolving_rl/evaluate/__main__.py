@@ -13,11 +13,14 @@ training task types (the held-out breakdown) are those of `--train-split` (defau
 `pipeline.retrieval_split`, the split the run trained on); retrieval looks in
 `--retrieval-split` (default `train`, all training tasks, as the reference's eval did). The env
 and retrieval servers are started and stopped here unless `--no-servers`. Finished cases are
-kept in `<out>/cases.jsonl`: rerunning the same command resumes; `--fresh` starts over. Writes
-`<out>/report.json`, `report.md` and a chart per split. Exit 2 on a bad argument or config, or
-a protocol the environment cannot run (expert_skill and written_skill: ALFWorld only), or a
-`--local` folder with no model (the line lists the checkpoints that exist); all before any server
-starts.
+kept in `<out>/cases.jsonl` under the key of what they were computed from (the checkpoint's
+files, the outcome-changing settings, the data: `evaluate.provenance`): rerunning the same command
+on the same checkpoint resumes, another checkpoint (or config, or data) in the same `--out` sets
+the old cases aside and runs again; `--fresh` starts over. Writes `<out>/report.json`, `report.md`
+(both say the policy's, config's and data's digests) and a chart per split. Exit 2 on a bad
+argument or config, or a protocol the environment cannot run (expert_skill and written_skill:
+ALFWorld only), or a `--local` folder with no model (the line lists the checkpoints that exist)
+or a missing `--tokenizer` folder; all before any stored case is read or any server starts.
 """
 
 from __future__ import annotations
@@ -98,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     except (MissingSplitError, MissingCheckpointError, UnsupportedProtocolError) as error:
         log.error("%s", error)
         return 2
-    meta = {"environment": cfg.environment, "policy": spec.describe(),
+    meta = {"environment": cfg.environment, "policy": spec.describe(), **outcome.key.as_meta(),
             "protocols": [str(p) for p in request.protocols], "repeats": request.repeats,
             "splits": list(request.splits), "limit": request.limit,
             "retrieval_split": request.retrieval_split, "train_split": request.train_split,

@@ -7,7 +7,7 @@
   local    `path`: an HF folder (a local main-job checkpoint, a converted slime checkpoint or a
            base model) run in-process by the local backend on `device` (cpu, cuda).
 The tokenizer is `tokenizer` when given, else the model folder's (`path`); the URL sources need
-one of them.
+one of them. `check_exists` refuses a missing model or tokenizer folder.
 """
 
 from __future__ import annotations
@@ -48,7 +48,10 @@ class PolicySpec:
         return f"{self.kind}:{self.url or self.path}"
 
     def check_exists(self) -> None:
-        """`MissingCheckpointError` when a local policy's folder holds no HF model."""
+        """`MissingCheckpointError` when a local policy's folder holds no HF model, or the
+        `tokenizer` folder is missing."""
+        if self.tokenizer and not Path(self.tokenizer).is_dir():
+            raise MissingCheckpointError(f"no tokenizer folder at {self.tokenizer}")
         if self.kind != "local" or (Path(str(self.path)) / "config.json").is_file():
             return
         path = Path(str(self.path))

@@ -2,15 +2,16 @@
 
 Owns `write_report(out_dir, meta, results)`. `results` is split -> protocol -> the flat metrics
 of `pipeline.eval_report`; `meta` says what was evaluated (environment, policy, protocols,
-repeats, training task types, how the solver decoded). Everything is derived from those two,
-with no clock or host in it, so a resumed run writes byte-identical reports. The Markdown
-report has, per split: success with and without the skill per protocol (mean ± std over the
-repeats), the training / held-out task-type groups, the cases with a skill note (e.g. an
-expert trajectory missing or not won), a per-task-type table, the environment's own metrics
-(Mind2Web's standard metrics, a second row under the reference's fallback on steps without a
-positive candidate where that differs, and the reference's first-error action accuracy) and,
-where published numbers exist (`evaluate.published`), a table against them for the task-type
-groups the run measured.
+repeats, training task types, how the solver decoded) and what the cases were computed from
+(the digests of `evaluate.provenance`). Everything is derived from those two, with no clock or
+host in it, so a resumed run writes byte-identical reports. The Markdown report has a line
+naming those digests and, per split: success with and without the skill per protocol (mean ±
+std over the repeats), the training / held-out task-type groups, the cases with a skill note
+(e.g. an expert trajectory missing or not won), a per-task-type table, the environment's own
+metrics (Mind2Web's standard metrics, a second row under the reference's fallback on steps
+without a positive candidate where that differs, and the reference's first-error action
+accuracy) and, where published numbers exist (`evaluate.published`), a table against them for
+the task-type groups the run measured.
 """
 
 from __future__ import annotations
@@ -153,6 +154,18 @@ def _chart(path: Path, split: str, split_results: Mapping[str, Mapping[str, floa
     save(fig, path)
 
 
+def _provenance(meta: Mapping[str, Any]) -> list[str]:
+    """What the cases were computed from (`evaluate.provenance`), when the meta says it."""
+    if "cases_key" not in meta:
+        return []
+    served = "" if str(meta.get("policy", "")).startswith("local:") else (
+        " (a served model: its URL, model name and tokenizer only, not its weights)")
+    return ["", f"Computed from: policy {meta.get('policy')} digest {meta.get('policy_digest')}"
+            f"{served}; config digest {meta.get('config_digest')}; protocol settings digest "
+            f"{meta.get('protocol_digest')}; data digest {meta.get('data_digest')} (cases key "
+            f"{meta['cases_key']})."]
+
+
 def write_report(out_dir: Path, meta: Mapping[str, Any], results: Results) -> list[Path]:
     """Write report.json, report.md and `<split>.png` per split; returns their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -163,7 +176,7 @@ def write_report(out_dir: Path, meta: Mapping[str, Any], results: Results) -> li
              f"Protocols: {', '.join(meta.get('protocols', []))}; repeats: "
              f"{meta.get('repeats')}; solver {meta.get('solver_decoding', 'greedy')}. "
              "Training task types: "
-             f"{', '.join(meta.get('train_types', [])) or '–'}.", ""]
+             f"{', '.join(meta.get('train_types', [])) or '–'}.", *_provenance(meta), ""]
     written = [report_json]
     for split, split_results in results.items():
         lines += _split_section(str(meta.get("environment")), split, split_results)

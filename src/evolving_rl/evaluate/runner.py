@@ -6,15 +6,19 @@ finished cases) and `run_evaluation` (its
 `EvalOutcome`); each split's first `limit` tasks are taken round-robin over task types
 (`retrieval.prepared.round_robin`). The protocols of a split run at once, so that their
 episodes share the policy's batches (the concurrency bounds of `pipeline` hold over them all).
-Finished cases go to `<out>/cases.jsonl` as they finish (`pipeline.eval_records.CaseStore`); a
-rerun with the same request skips them, and the numbers are computed from the records alone, so
-an interrupted run, resumed, reports what an uninterrupted one would; when every case is already
-there, nothing starts (no retrieval cache, server or model). With `start_servers`, the
-retrieval cache is refreshed and the retrieval and environment servers are started with this
-config and stopped on exit (`local.servers`, as the local job does); otherwise the config's
-addresses must answer. A protocol the environment's adapter cannot run
-(`pipeline.evaluation.check_supported`) or a missing `--local` checkpoint fails before anything
-starts.
+Finished cases go to `<out>/cases.jsonl` as they finish (`pipeline.eval_records.CaseStore`),
+under the key of what they are computed from (`evaluate.provenance`: the policy's files, the
+settings that change an episode, the protocol settings and the prepared data); a rerun with the
+same key skips them, and the numbers are computed from the records alone, so an interrupted run,
+resumed, reports what an uninterrupted one would; when every case is already there, nothing
+starts (no retrieval cache, server or model). A store of another key (another checkpoint in a
+folder of the same name, a changed setting or data set) or of none (written before the key) is
+never reused: it is set aside as `cases-<its key>.jsonl` before the run starts. With
+`start_servers`, the retrieval cache is refreshed and the retrieval and environment servers are
+started with this config and stopped on exit (`local.servers`, as the local job does); otherwise
+the config's addresses must answer. A missing `--local` checkpoint or `--tokenizer` folder fails
+first, before a stored case is read; a protocol the environment's adapter cannot run
+(`pipeline.evaluation.check_supported`) fails before anything starts.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from evolving_rl.config.schema import Config
 from evolving_rl.domains.base import EnvironmentAdapter
 from evolving_rl.domains.registry import domain_for
 from evolving_rl.evaluate.policies import PolicySpec, open_policy
+from evolving_rl.evaluate.provenance import EvalKey, eval_key
 from evolving_rl.pipeline.context import build_context, make_adapter
 from evolving_rl.pipeline.eval_records import CaseRecord, CaseStore
 from evolving_rl.pipeline.eval_report import summarize
@@ -112,9 +117,8 @@ def _adapter(cfg: Config) -> EnvironmentAdapter:
 
 
 async def _evaluate(cfg: Config, opener: PolicyOpener, request: EvalRequest,
-                    rows: dict[str, list[dict[str, Any]]],
-                    train_types: frozenset[str]) -> dict[str, dict[str, dict[str, float]]]:
-    store = CaseStore(request.out_dir / CASES_FILE)
+                    rows: dict[str, list[dict[str, Any]]], train_types: frozenset[str],
+                    store: CaseStore) -> dict[str, dict[str, dict[str, float]]]:
     library = SkillLibrary(request.library) if request.library else None
     results: dict[str, dict[str, dict[str, float]]] = {}
     async with opener() as (policy, tokenizer):
@@ -141,37 +145,42 @@ async def _evaluate(cfg: Config, opener: PolicyOpener, request: EvalRequest,
 
 @dataclass(frozen=True)
 class EvalOutcome:
-    """split -> protocol -> flat metrics (`pipeline.eval_report`), and the training types."""
+    """split -> protocol -> flat metrics (`pipeline.eval_report`), the training types, and what
+    the cases were computed from."""
 
     results: dict[str, dict[str, dict[str, float]]]
     train_types: frozenset[str]
+    key: EvalKey
 
 
-def run_evaluation(cfg: Config, spec: PolicySpec | PolicyOpener,
-                   request: EvalRequest) -> EvalOutcome:
-    """Run the request (module docstring) with the policy of `spec` (or the pair an opener
-    yields: tests pass scripted policies); cases in `<out>/cases.jsonl`."""
-    opener = (lambda: open_policy(spec, cfg)) if isinstance(spec, PolicySpec) else spec
+def run_evaluation(cfg: Config, spec: PolicySpec, request: EvalRequest,
+                   opener: PolicyOpener | None = None) -> EvalOutcome:
+    """Run the request (module docstring) with the policy of `spec`, opened by `opener` when
+    given (tests pass scripted policies); cases in `<out>/cases.jsonl`, under `spec`'s key."""
+    spec.check_exists()  # a missing checkpoint: before any stored case is read
     domain_for(cfg)  # an unregistered environment fails before anything starts
     adapter = _adapter(cfg)
     for protocol in request.protocols:
         check_supported(adapter, protocol)
     rows = {split: round_robin(_split_rows(cfg, split), request.limit) for split in request.splits}
     train_types = frozenset(row.task_type for row in _split_rows(cfg, request.train_split))
-    finished = {} if request.fresh else _finished_cases(adapter, request, rows)
+    key = eval_key(cfg, spec, request.splits, request.train_split, request.retrieval_split,
+                   request.library)
+    store = CaseStore(request.out_dir / CASES_FILE, key.key)
+    finished = {} if request.fresh else _finished_cases(adapter, request, rows, store)
     if finished and all(len(records) == _n_cases(rows[split], request)
                         for (split, _protocol), records in finished.items()):
         logger.info("all %d cases are already in %s: nothing to run, no server or model started",
-                    sum(map(len, finished.values())), request.out_dir / CASES_FILE)
-        return EvalOutcome(_summaries(adapter, finished, train_types), train_types)
-    if isinstance(spec, PolicySpec):
-        spec.check_exists()  # before any server starts or anything is written
+                    sum(map(len, finished.values())), store.path)
+        return EvalOutcome(_summaries(adapter, finished, train_types), train_types, key)
     if request.fresh:
-        (request.out_dir / CASES_FILE).unlink(missing_ok=True)
+        store.path.unlink(missing_ok=True)
+    store.set_aside()
     request.out_dir.mkdir(parents=True, exist_ok=True)
     with _services(cfg, request.start_servers):
-        results = asyncio.run(_evaluate(cfg, opener, request, rows, train_types))
-    return EvalOutcome(results, train_types)
+        results = asyncio.run(_evaluate(cfg, opener or (lambda: open_policy(spec, cfg)), request,
+                                        rows, train_types, store))
+    return EvalOutcome(results, train_types, key)
 
 
 def _n_cases(rows: list[dict[str, Any]], request: EvalRequest) -> int:
@@ -179,10 +188,10 @@ def _n_cases(rows: list[dict[str, Any]], request: EvalRequest) -> int:
 
 
 def _finished_cases(adapter: EnvironmentAdapter, request: EvalRequest,
-                    rows: dict[str, list[dict[str, Any]]]
+                    rows: dict[str, list[dict[str, Any]]], store: CaseStore
                     ) -> dict[tuple[str, str], list[CaseRecord]]:
-    """(split, protocol) -> the request's cases already in the store (`--fresh` emptied it)."""
-    done = CaseStore(request.out_dir / CASES_FILE).load()
+    """(split, protocol) -> the request's cases already in the store under its key."""
+    done = store.load()
     finished: dict[tuple[str, str], list[CaseRecord]] = {}
     for split, split_rows in rows.items():
         ids = [adapter.task_from_row(row).id for row in split_rows]

@@ -5,7 +5,8 @@ environment's per-episode measures, `EnvironmentAdapter.episode_measures`), `Cas
 test task in one repeat under one protocol: the task retrieved for it, whether a skill was
 obtained, a note on how the skill came or why none did, and its two arms) and `CaseStore` (an
 append-only JSONL file of finished cases, read back on a restart so that finished cases are not
-run again). The report is computed from the records alone (`pipeline.eval_report`), so an
+run again; with a key, only cases computed from the same policy, settings and data are read
+back). The report is computed from the records alone (`pipeline.eval_report`), so an
 interrupted and resumed run reports exactly what an uninterrupted one does.
 """
 
@@ -22,6 +23,7 @@ logger = logging.getLogger(__name__)
 
 ARMS = ("with_skill", "without_skill")
 CaseKey = tuple[str, str, str, int]  # protocol, split, task id, repeat
+KEY_FIELD = "cases_key"  # the first line of a keyed store: {"cases_key": ...}
 
 
 @dataclass(frozen=True)
@@ -83,14 +85,61 @@ class CaseRecord:
 
 
 class CaseStore:
-    """Finished cases of one evaluation run, one JSON line each (appended as they finish)."""
+    """Finished cases of one evaluation run, one JSON line each (appended as they finish).
 
-    def __init__(self, path: str | Path) -> None:
+    With a `key` (what the cases are computed from: `evaluate.provenance`) the file starts with a
+    line `{"cases_key": ...}`, and a file of another key, or of none (written before cases were
+    keyed), is not read: `load` returns nothing and says why, and `set_aside` renames it to
+    `cases-<its key>.jsonl` (`cases-unkeyed.jsonl`) so that cases of two keys never mix."""
+
+    def __init__(self, path: str | Path, key: str | None = None) -> None:
         self.path = Path(path)
+        self.key = key
+
+    def stored_key(self) -> str | None:
+        """The key the file was written under; None: no file, or a file without a key line."""
+        if not self.path.is_file():
+            return None
+        with self.path.open(encoding="utf-8") as handle:
+            try:
+                first = json.loads(handle.readline() or "{}")
+            except json.JSONDecodeError:
+                return None
+        return first.get(KEY_FIELD) if isinstance(first, dict) else None
+
+    def _foreign(self) -> str | None:
+        """Why the file's cases are not this store's (None: they are, or there are none)."""
+        if self.key is None or not self.path.is_file() or self.path.stat().st_size == 0:
+            return None
+        stored = self.stored_key()
+        if stored == self.key:
+            return None
+        if stored is None:
+            return "it has no key (written before cases were keyed by what was evaluated)"
+        return f"it was computed from another policy, config or data (key {stored}, not {self.key})"
+
+    def set_aside(self) -> Path | None:
+        """Rename a file of another key out of the way; returns where it went (None: kept)."""
+        why = self._foreign()
+        if why is None:
+            return None
+        stem = f"{self.path.stem}-{self.stored_key() or 'unkeyed'}"
+        target = self.path.with_name(f"{stem}{self.path.suffix}")
+        number = 1
+        while target.exists():
+            number += 1
+            target = self.path.with_name(f"{stem}-{number}{self.path.suffix}")
+        self.path.rename(target)
+        logger.warning("%s set aside as %s: %s", self.path, target.name, why)
+        return target
 
     def load(self) -> dict[CaseKey, CaseRecord]:
         """Every finished case; a torn last line (the run was killed mid-write) is dropped."""
         records: dict[CaseKey, CaseRecord] = {}
+        why = self._foreign()
+        if why is not None:
+            logger.warning("the cases in %s are not reused: %s", self.path, why)
+            return records
         if not self.path.is_file():
             return records
         with self.path.open(encoding="utf-8") as handle:
@@ -98,7 +147,10 @@ class CaseStore:
                 if not line.strip():
                     continue
                 try:
-                    record = CaseRecord.from_json(json.loads(line))
+                    data = json.loads(line)
+                    if number == 1 and KEY_FIELD in data:
+                        continue
+                    record = CaseRecord.from_json(data)
                 except (json.JSONDecodeError, TypeError, KeyError) as error:
                     logger.warning("%s:%d: unreadable case dropped (%s)", self.path, number, error)
                     continue
@@ -118,6 +170,8 @@ class CaseStore:
         if not lines:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.key is not None and not (self.path.is_file() and self.path.stat().st_size):
+            lines.insert(0, json.dumps({KEY_FIELD: self.key}))
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(("\n" if self._torn() else "") + "\n".join(lines) + "\n")
             handle.flush()
