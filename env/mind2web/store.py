@@ -3,7 +3,9 @@
 Owns finding and loading tasks. At start every `*.json` task list under the data root is streamed
 once with ijson (never loaded whole) into a compact JSON-lines copy with byte offsets in the
 server's own cache folder (`mind2web.server_cache_dir`), reused while the source's size and mtime
-are unchanged. A task is named by annotation id, or by (file relative to the root, index): a file
+are unchanged. An annotation id found twice (in two files, or twice in one) raises
+`TaskDataError` naming both places, so a stray copy is never served in place of the original.
+A task is named by annotation id, or by (file relative to the root, index): a file
 outside the root (`../`, absolute, symlinked out) gets one fixed message decided before anything
 is looked up, and only indexed files are ever opened, so an answer never reveals what exists
 outside the root. Parsed tasks and page snapshots sit in bounded LRU caches; a page missing from
@@ -34,6 +36,10 @@ from env.wire import WireError
 logger = logging.getLogger(__name__)
 
 OUTSIDE = "task.file must name a task file inside the data root, relative to it"
+
+
+class TaskDataError(ValueError):
+    """The tasks under the data root cannot be served as they are (the server must not start)."""
 
 
 @dataclass(frozen=True)
@@ -168,11 +174,21 @@ class TaskStore:
                 logger.warning("skipping %s: not a Mind2Web task list (%s)", rel, err)
                 continue
             self._files[rel] = indexed
-            for index, annotation_id in enumerate(ids):
-                self._by_id.setdefault(annotation_id, TaskKey(rel, index))
+            self._add_ids(rel, ids)
         self._tasks = LRU(task_cache_size, self._read)
         self._snapshots = LRU(snapshot_cache_size, self._render)
         logger.info("%d tasks in %d files under %s", len(self), len(self._files), self.root)
+
+    def _add_ids(self, rel: str, ids: list[str]) -> None:
+        """Index `rel`'s tasks by id; an id already indexed from another file is an error."""
+        for index, annotation_id in enumerate(ids):
+            if not annotation_id:
+                continue
+            first = self._by_id.setdefault(annotation_id, TaskKey(rel, index))
+            if first.file != rel or first.index != index:
+                raise TaskDataError(
+                    f"task {annotation_id} is in both {first.file} and {rel} (under "
+                    f"{self.root}): remove the copy that should not be served")
 
     def __len__(self) -> int:
         return sum(len(f.offsets) for f in self._files.values())
