@@ -5,7 +5,9 @@ the root as published or in `data/`) to
 `<prepared_dir>/{train,test_task,test_website,test_domain,all}.jsonl`. The test zip is first
 extracted into `data/<split>/` (`env.mind2web.testzip`; password from $MIND2WEB_ZIP_PASSWORD).
 A required split (all four unless the caller says otherwise) without a task is an error that
-says where it was looked for, and nothing is written.
+says where it was looked for, and nothing is written. Symbolic links are not followed, here as in
+the env server: a split folder or task file that is a link (to a place inside or outside the
+root) is an error (`LinkedDataError`).
 Every task file is streamed with ijson, one parse event at a time, so memory is bounded by the
 largest single value (one page's HTML), never by the file. One row per task:
 
@@ -59,6 +61,10 @@ class MissingDataError(FileNotFoundError):
 
 class EmptySplitError(MissingDataError):
     """A required split has no task."""
+
+
+class LinkedDataError(ValueError):
+    """A split folder or task file is a symbolic link (links are not followed)."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +139,20 @@ def source_files(data_root: Path) -> dict[str, list[Path]]:
             for split in SPLITS}
 
 
+def refuse_links(data_root: Path, files: dict[str, list[Path]]) -> None:
+    """`LinkedDataError` for the first split folder or task file that is a symbolic link: the
+    env server does not follow links (`env.mind2web.store`), so rows read through one would name
+    tasks it cannot serve."""
+    folders = [data_root / "data", *(data_root / "data" / split for split in SPLITS)]
+    for path in [*folders, *(p for split in SPLITS for p in files[split])]:
+        if path.is_symlink():
+            raise LinkedDataError(
+                f"{path.relative_to(data_root).as_posix()} (under {data_root}) is a symbolic "
+                "link: Mind2Web data is read only from real folders and files under the data "
+                "root (links inside or outside it are not followed). Move or copy the data "
+                "there, or point the data root at the real folder")
+
+
 def _fingerprint(data_root: Path, files: dict[str, list[Path]]) -> list:
     return [[p.relative_to(data_root).as_posix(), p.stat().st_size, p.stat().st_mtime_ns]
             for split in SPLITS for p in files[split]]
@@ -181,8 +201,10 @@ def prepare(data_root: str | Path, prepared_dir: str | Path, password: str | Non
     split of `required` must hold a task (`EmptySplitError` otherwise)."""
     data_root, prepared_dir = Path(data_root).resolve(), Path(prepared_dir)
     if data_root.is_dir():
+        refuse_links(data_root, source_files(data_root))  # before the zip writes anything
         extract_test_zips(data_root, password)
     files = source_files(data_root)
+    refuse_links(data_root, files)
     if not any(files.values()):
         raise MissingDataError(missing_data_message(data_root))
     for split in required:
@@ -225,7 +247,7 @@ def main(argv: list[str] | None = None) -> None:
     data_root = args.data_root or os.environ.get(DATA_ENV) or cfg.data_root
     try:
         manifest = prepare(data_root, cfg.prepared_dir, os.environ.get(PASSWORD_ENV))
-    except (MissingDataError, ZipPasswordError, DuplicateSplitError) as err:
+    except (MissingDataError, LinkedDataError, ZipPasswordError, DuplicateSplitError) as err:
         raise SystemExit(f"error: {err}") from None
     for name, info in manifest["splits"].items():
         logger.info("%s: %d tasks %s", name, info["tasks"], info["by_task_type"])

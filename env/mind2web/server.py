@@ -4,7 +4,8 @@
 
 Owns start-up and process life: the task store is built (or its on-disk index reused) before the
 port opens, so a healthy server has every task indexed, and data it cannot serve as is (an
-annotation id in two files: `TaskDataError`) exits with the message, never healthy; cold page
+annotation id in two files, prepared splits from files it does not serve or that changed since:
+`TaskDataError`) exits with the message, never healthy; cold page
 snapshots are built by a pool of processes (`mind2web.snapshot_processes`,
 `env.mind2web.snapshot_pool`); `<log_dir>/server.pid` is written once listening and removed at
 exit; a housekeeping thread evicts idle episodes; SIGTERM stops cleanly.
@@ -23,7 +24,7 @@ from env.launch import add_config_arguments, config_from_args, exit_on_sigterm, 
 from env.mind2web.app import create_app
 from env.mind2web.episodes import EpisodeTable
 from env.mind2web.snapshot_pool import SnapshotBuilder, pool_size
-from env.mind2web.store import TaskDataError, TaskStore
+from env.mind2web.store import TaskDataError, TaskStore, check_prepared
 from evolving_rl.config.schema import Mind2WebConfig
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         store = TaskStore(cfg.data_root, cfg.server_cache_dir, cfg.task_cache_size,
                           cfg.snapshot_cache_size, builder.build)
+        check_prepared(store, cfg.prepared_dir)
     except TaskDataError as err:
         builder.close()
         raise SystemExit(f"error: {err}") from None

@@ -13,7 +13,14 @@ import pytest
 
 from env.mind2web import testzip, unzip_tool
 from env.mind2web.generate import GenerateSpec, generate
-from env.mind2web.prepare import SPLITS, EmptySplitError, MissingDataError, main, prepare
+from env.mind2web.prepare import (
+    SPLITS,
+    EmptySplitError,
+    LinkedDataError,
+    MissingDataError,
+    main,
+    prepare,
+)
 from env.mind2web.testzip import PASSWORD_ENV, DuplicateSplitError, ZipPasswordError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -200,3 +207,24 @@ def test_memory_under_500_mb_on_a_500_mb_split(tmp_path):
     assert size >= 500e6
     _, after = peak_rss(data.root, tmp_path / "prepared")
     assert after < 500e6, after
+
+
+@pytest.mark.parametrize("target", ["inside", "outside"])
+def test_a_linked_split_folder_is_refused_before_anything_is_written(fresh_root, tmp_path,
+                                                                     target):
+    train = fresh_root / "data" / "train"
+    real = (fresh_root if target == "inside" else tmp_path) / "train_real"
+    shutil.move(train, real)
+    train.symlink_to(real)
+    with pytest.raises(LinkedDataError, match=r"data/train \(under .*\) is a symbolic link"):
+        prepare(fresh_root, tmp_path / "prepared", required=("train",))
+    assert not (tmp_path / "prepared").exists()
+
+
+def test_a_linked_task_file_is_refused(fresh_root, tmp_path):
+    source = sorted((fresh_root / "data" / "train").glob("*.json"))[0]
+    moved = shutil.move(source, tmp_path / source.name)
+    source.symlink_to(moved)
+    with pytest.raises(LinkedDataError,
+                       match=f"data/train/{source.name} \\(under .*\\) is a symbolic link"):
+        prepare(fresh_root, tmp_path / "prepared", required=("train",))
