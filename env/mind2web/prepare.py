@@ -41,6 +41,7 @@ from env.mind2web.testzip import (
     PASSWORD_ENV,
     TEST_SPLITS,
     DuplicateSplitError,
+    StaleSplitError,
     ZipPasswordError,
     extract_test_zips,
     find_test_zips,
@@ -247,7 +248,8 @@ def main(argv: list[str] | None = None) -> None:
     data_root = args.data_root or os.environ.get(DATA_ENV) or cfg.data_root
     try:
         manifest = prepare(data_root, cfg.prepared_dir, os.environ.get(PASSWORD_ENV))
-    except (MissingDataError, LinkedDataError, ZipPasswordError, DuplicateSplitError) as err:
+    except (MissingDataError, LinkedDataError, ZipPasswordError, DuplicateSplitError,
+            StaleSplitError) as err:
         raise SystemExit(f"error: {err}") from None
     for name, info in manifest["splits"].items():
         logger.info("%s: %d tasks %s", name, info["tasks"], info["by_task_type"])

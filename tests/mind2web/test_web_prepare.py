@@ -21,7 +21,12 @@ from env.mind2web.prepare import (
     main,
     prepare,
 )
-from env.mind2web.testzip import PASSWORD_ENV, DuplicateSplitError, ZipPasswordError
+from env.mind2web.testzip import (
+    PASSWORD_ENV,
+    DuplicateSplitError,
+    StaleSplitError,
+    ZipPasswordError,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 METADATA_KEYS = {"annotation_id", "website", "domain", "subdomain", "task_type", "source_file",
@@ -228,3 +233,18 @@ def test_a_linked_task_file_is_refused(fresh_root, tmp_path):
     with pytest.raises(LinkedDataError,
                        match=f"data/train/{source.name} \\(under .*\\) is a symbolic link"):
         prepare(fresh_root, tmp_path / "prepared", required=("train",))
+
+
+def test_a_split_gone_from_a_new_zip_stops_prepare_saying_so(fresh_root, tmp_path,
+                                                              mind2web_spec):
+    prepared = tmp_path / "prepared"
+    prepare(fresh_root, prepared, password=mind2web_spec.password)
+    before = outputs(prepared)
+    spec = GenerateSpec(tasks=8, seed=9, distractors=2, password=mind2web_spec.password,
+                        splits=("train", "test_task", "test_website"))
+    shutil.copy(generate(tmp_path / "new", spec).root / "test.zip", fresh_root / "test.zip")
+    with pytest.raises(StaleSplitError, match=r"data/test_domain .*no zip now holds it.*"
+                                              r"test\.zip"):
+        prepare(fresh_root, prepared, password=mind2web_spec.password)
+    assert outputs(prepared) == before
+    assert (fresh_root / "data" / "test_domain").is_dir()  # the user's to delete, not ours
