@@ -2,7 +2,8 @@
 
 Owns one step: every `*.zip` at the data root (where the published dataset keeps `test.zip`) or in
 `<root>/data/` (where users also put it) holding `test_task/`, `test_website/` or `test_domain/`
-JSON files is extracted to `<root>/data/<split>/<file>.json` (only the split folder and the file
+JSON files is extracted to `<out>/<split>/<file>.json`, `<out>` being the folder that holds
+`train/` (`<root>/data/`, or the root itself in that layout; only the split folder and the file
 name of a member are used, so no member can write elsewhere); two zips holding the same split are
 refused, and so is a `data/<split>/` folder that none of the zips found holds (left from an earlier
 zip: stale; the user deletes it or restores the zip). Files are decrypted into a staging folder —
@@ -178,6 +179,11 @@ def _splits_of(zip_path: Path) -> set[str]:
         return {split for split, _ in _members(archive).values()}
 
 
+def zip_splits(data_root: Path) -> set[str]:
+    """The test splits the zips of `data_root` hold (nothing is extracted)."""
+    return {split for path in find_test_zips(data_root) for split in _splits_of(path)}
+
+
 def _refuse_stale(out_dir: Path, owner: dict[str, Path]) -> None:
     """`StaleSplitError` for a `data/<test split>/` folder that none of the zips found holds:
     its rows would come from an earlier zip. Not deleted here: the folder is the user's."""
@@ -193,8 +199,9 @@ def _refuse_stale(out_dir: Path, owner: dict[str, Path]) -> None:
                 "zip that holds it")
 
 
-def extract_test_zips(data_root: Path, password: str | None) -> int:
-    """Extract every test zip of `data_root` into `data_root/data`; how many were (re-)extracted.
+def extract_test_zips(data_root: Path, password: str | None, out_dir: Path | None = None) -> int:
+    """Extract every test zip of `data_root` into `out_dir` (the folder holding `train/`;
+    `data_root/data` by default); how many were (re-)extracted.
     Two zips holding the same split are an error (which one would win is not for us to pick), and
     so is a split folder that no zip holds any more (`StaleSplitError`), before anything is
     extracted."""
@@ -205,6 +212,6 @@ def extract_test_zips(data_root: Path, password: str | None) -> int:
                 raise DuplicateSplitError(f"both {owner[split]} and {path} hold {split}: "
                                           "keep one of them")
             owner[split] = path
-    _refuse_stale(data_root / "data", owner)
-    return sum(extract_zip(path, data_root / "data", password)
-               for path in find_test_zips(data_root))
+    out = out_dir or data_root / "data"
+    _refuse_stale(out, owner)
+    return sum(extract_zip(path, out, password) for path in find_test_zips(data_root))

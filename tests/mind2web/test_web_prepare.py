@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from env.mind2web import testzip, unzip_tool
+from env.mind2web import service, testzip, unzip_tool
 from env.mind2web.generate import GenerateSpec, generate
 from env.mind2web.prepare import (
     SPLITS,
@@ -27,6 +27,7 @@ from env.mind2web.testzip import (
     StaleSplitError,
     ZipPasswordError,
 )
+from evolving_rl.config import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 METADATA_KEYS = {"annotation_id", "website", "domain", "subdomain", "task_type", "source_file",
@@ -248,3 +249,38 @@ def test_a_split_gone_from_a_new_zip_stops_prepare_saying_so(fresh_root, tmp_pat
         prepare(fresh_root, prepared, password=mind2web_spec.password)
     assert outputs(prepared) == before
     assert (fresh_root / "data" / "test_domain").is_dir()  # the user's to delete, not ours
+
+
+def test_split_folders_at_the_root_are_a_layout_too(fresh_root, tmp_path, mind2web_generated,
+                                                   mind2web_spec):
+    shutil.move(fresh_root / "data" / "train", fresh_root / "train")
+    shutil.rmtree(fresh_root / "data")
+    manifest = prepare(fresh_root, tmp_path / "prepared", password=mind2web_spec.password)
+    assert {s: manifest["splits"][s]["tasks"] for s in SPLITS} == mind2web_generated.counts
+    assert not (fresh_root / "data").exists() and (fresh_root / "test_domain").is_dir()
+    for split in SPLITS:
+        for row in read_rows(tmp_path / "prepared" / f"{split}.jsonl"):
+            assert row["metadata"]["source_file"].startswith(f"{split}/")
+
+
+def test_a_missing_train_split_stops_before_the_zip_is_extracted(fresh_root, tmp_path,
+                                                                  mind2web_spec):
+    shutil.rmtree(fresh_root / "data" / "train")
+    with pytest.raises(EmptySplitError, match=r"split train is empty: no task in .*/data/train"):
+        prepare(fresh_root, tmp_path / "prepared", password=mind2web_spec.password)
+    assert not list(fresh_root.rglob("test_*")) and not (tmp_path / "prepared").exists()
+
+
+def test_the_main_job_prepares_the_root_layout_instead_of_generating(fresh_root, tmp_path,
+                                                                     monkeypatch,
+                                                                     mind2web_generated,
+                                                                     mind2web_spec):
+    shutil.move(fresh_root / "data" / "train", fresh_root / "train")
+    shutil.rmtree(fresh_root / "data")
+    monkeypatch.setenv(PASSWORD_ENV, mind2web_spec.password)
+    cfg = parse_config({"environment": "mind2web", "mind2web": {
+        "data_root": str(fresh_root), "prepared_dir": str(tmp_path / "prepared")}})
+    service.prepare_data(cfg)
+    assert not (fresh_root / "data").exists()
+    train = read_rows(tmp_path / "prepared" / "train.jsonl")
+    assert len(train) == mind2web_generated.counts["train"]
