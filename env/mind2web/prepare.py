@@ -1,11 +1,15 @@
 """Prompt datasets from Mind2Web task files — official (osunlp/Mind2Web) or generated alike.
 
 Owns the step from a data root in the official layout (`data/train/*.json` and the test zip, at
-the root as published or in `data/`) to
+the root as published or in `data/`; or the split folders at the root itself, `train/*.json`,
+when `data/` holds none: `split_home`) to
 `<prepared_dir>/{train,test_task,test_website,test_domain,all}.jsonl`. The test zip is first
-extracted into `data/<split>/` (`env.mind2web.testzip`; password from $MIND2WEB_ZIP_PASSWORD).
-A required split (all four unless the caller says otherwise) without a task is an error that
-says where it was looked for, and nothing is written.
+extracted next to `train/` (`env.mind2web.testzip`; password from $MIND2WEB_ZIP_PASSWORD).
+A required split (all four unless the caller says otherwise) with no task file and no zip
+holding it is an error that says where it was looked for, raised before the zip is extracted or
+anything else is written. Symbolic links are not followed, here as in
+the env server: a split folder or task file that is a link (to a place inside or outside the
+root) is an error (`LinkedDataError`).
 Every task file is streamed with ijson, one parse event at a time, so memory is bounded by the
 largest single value (one page's HTML), never by the file. One row per task:
 
@@ -39,9 +43,11 @@ from env.mind2web.testzip import (
     PASSWORD_ENV,
     TEST_SPLITS,
     DuplicateSplitError,
+    StaleSplitError,
     ZipPasswordError,
     extract_test_zips,
     find_test_zips,
+    zip_splits,
 )
 from evolving_rl.config import load_config
 
@@ -59,6 +65,10 @@ class MissingDataError(FileNotFoundError):
 
 class EmptySplitError(MissingDataError):
     """A required split has no task."""
+
+
+class LinkedDataError(ValueError):
+    """A split folder or task file is a symbolic link (links are not followed)."""
 
 
 @dataclass(frozen=True)
@@ -85,8 +95,8 @@ class TaskRow:
 
 
 def missing_data_message(data_root: Path) -> str:
-    return (f"no Mind2Web task files under {data_root / 'data'} (expected data/train/*.json and "
-            "the test zip). Get them either way:\n"
+    return (f"no Mind2Web task files under {data_root} (expected data/train/*.json, or "
+            "train/*.json, and the test zip). Get them either way:\n"
             "  - official data: download the dataset osunlp/Mind2Web from Hugging Face into that "
             "folder (or point mind2web.data_root / $MIND2WEB_DATA at it) and set "
             f"{PASSWORD_ENV} to the test zip's password;\n"
@@ -94,7 +104,7 @@ def missing_data_message(data_root: Path) -> str:
 
 
 def empty_split_message(data_root: Path, split: str) -> str:
-    where = f"split {split} is empty: no task in {data_root / 'data' / split}/*.json"
+    where = f"split {split} is empty: no task in {split_home(data_root) / split}/*.json"
     if split == "train":
         return where
     zips = ", ".join(str(p) for p in find_test_zips(data_root)) or "none"
@@ -125,12 +135,49 @@ def iter_tasks(path: Path, data_root: Path, split: str) -> Iterator[TaskRow]:
                 fields, index, n_steps = {}, index + 1, 0
 
 
+def split_home(data_root: Path) -> Path:
+    """The folder holding the split folders: `<root>/data/` as published, or the root itself
+    when only the root holds split folders (`<root>/train/*.json`)."""
+    data = data_root / "data"
+    at_root = any(os.path.lexists(data_root / split) for split in SPLITS)
+    if at_root and not any(os.path.lexists(data / split) for split in SPLITS):
+        return data_root
+    return data
+
+
 def source_files(data_root: Path) -> dict[str, list[Path]]:
     """Task files per split, sorted by name with numeric parts in order."""
     def key(path: Path) -> list:
         return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path.name)]
-    return {split: sorted((data_root / "data" / split).glob("*.json"), key=key)
-            for split in SPLITS}
+    home = split_home(data_root)
+    return {split: sorted((home / split).glob("*.json"), key=key) for split in SPLITS}
+
+
+def _check_required(data_root: Path, files: dict[str, list[Path]],
+                    required: Collection[str]) -> None:
+    """Before anything is written: there are task files or a test zip, and every required split
+    has task files or is held by a test zip."""
+    held = zip_splits(data_root)
+    if not any(files.values()) and not held:
+        raise MissingDataError(missing_data_message(data_root))
+    for split in required:
+        if not files[split] and split not in held:
+            raise EmptySplitError(empty_split_message(data_root, split))
+
+
+def refuse_links(data_root: Path, files: dict[str, list[Path]]) -> None:
+    """`LinkedDataError` for the first split folder or task file that is a symbolic link: the
+    env server does not follow links (`env.mind2web.store`), so rows read through one would name
+    tasks it cannot serve."""
+    home = split_home(data_root)
+    folders = [*([home] if home != data_root else []), *(home / split for split in SPLITS)]
+    for path in [*folders, *(p for split in SPLITS for p in files[split])]:
+        if path.is_symlink():
+            raise LinkedDataError(
+                f"{path.relative_to(data_root).as_posix()} (under {data_root}) is a symbolic "
+                "link: Mind2Web data is read only from real folders and files under the data "
+                "root (links inside or outside it are not followed). Move or copy the data "
+                "there, or point the data root at the real folder")
 
 
 def _fingerprint(data_root: Path, files: dict[str, list[Path]]) -> list:
@@ -181,8 +228,12 @@ def prepare(data_root: str | Path, prepared_dir: str | Path, password: str | Non
     split of `required` must hold a task (`EmptySplitError` otherwise)."""
     data_root, prepared_dir = Path(data_root).resolve(), Path(prepared_dir)
     if data_root.is_dir():
-        extract_test_zips(data_root, password)
+        before = source_files(data_root)  # checked before the zip writes anything
+        refuse_links(data_root, before)
+        _check_required(data_root, before, required)
+        extract_test_zips(data_root, password, split_home(data_root))
     files = source_files(data_root)
+    refuse_links(data_root, files)
     if not any(files.values()):
         raise MissingDataError(missing_data_message(data_root))
     for split in required:
@@ -225,7 +276,8 @@ def main(argv: list[str] | None = None) -> None:
     data_root = args.data_root or os.environ.get(DATA_ENV) or cfg.data_root
     try:
         manifest = prepare(data_root, cfg.prepared_dir, os.environ.get(PASSWORD_ENV))
-    except (MissingDataError, ZipPasswordError, DuplicateSplitError) as err:
+    except (MissingDataError, LinkedDataError, ZipPasswordError, DuplicateSplitError,
+            StaleSplitError) as err:
         raise SystemExit(f"error: {err}") from None
     for name, info in manifest["splits"].items():
         logger.info("%s: %d tasks %s", name, info["tasks"], info["by_task_type"])

@@ -3,10 +3,12 @@
     python -m env.mind2web.server --config configs/web.yaml [--set mind2web.port=8300]
 
 Owns start-up and process life: the task store is built (or its on-disk index reused) before the
-port opens, so a healthy server has every task indexed; cold page snapshots are built by a pool
-of processes (`mind2web.snapshot_processes`, `env.mind2web.snapshot_pool`);
-`<log_dir>/server.pid` is written once listening and removed at exit; a housekeeping thread
-evicts idle episodes; SIGTERM stops cleanly.
+port opens, so a healthy server has every task indexed, and data it cannot serve as is (an
+annotation id in two files, prepared splits from files it does not serve or that changed since:
+`TaskDataError`) exits with the message, never healthy; cold page
+snapshots are built by a pool of processes (`mind2web.snapshot_processes`,
+`env.mind2web.snapshot_pool`); `<log_dir>/server.pid` is written once listening and removed at
+exit; a housekeeping thread evicts idle episodes; SIGTERM stops cleanly.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from env.launch import add_config_arguments, config_from_args, exit_on_sigterm, 
 from env.mind2web.app import create_app
 from env.mind2web.episodes import EpisodeTable
 from env.mind2web.snapshot_pool import SnapshotBuilder, pool_size
-from env.mind2web.store import TaskStore
+from env.mind2web.store import TaskDataError, TaskStore, check_prepared
 from evolving_rl.config.schema import Mind2WebConfig
 
 logger = logging.getLogger(__name__)
@@ -55,8 +57,13 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     exit_on_sigterm()
     builder = SnapshotBuilder(pool_size(cfg.snapshot_processes))
-    store = TaskStore(cfg.data_root, cfg.server_cache_dir, cfg.task_cache_size,
-                      cfg.snapshot_cache_size, builder.build)
+    try:
+        store = TaskStore(cfg.data_root, cfg.server_cache_dir, cfg.task_cache_size,
+                          cfg.snapshot_cache_size, builder.build)
+        check_prepared(store, cfg.prepared_dir)
+    except TaskDataError as err:
+        builder.close()
+        raise SystemExit(f"error: {err}") from None
     table = EpisodeTable(cfg.capacity, cfg.episode_ttl_s, cfg.retry_after_s)
     server = make_server(create_app(cfg, store, table), host=cfg.host, port=cfg.port,
                          threads=cfg.threads, max_body_bytes=2 * cfg.max_body_bytes,

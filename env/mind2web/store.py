@@ -3,7 +3,12 @@
 Owns finding and loading tasks. At start every `*.json` task list under the data root is streamed
 once with ijson (never loaded whole) into a compact JSON-lines copy with byte offsets in the
 server's own cache folder (`mind2web.server_cache_dir`), reused while the source's size and mtime
-are unchanged. A task is named by annotation id, or by (file relative to the root, index): a file
+are unchanged. An annotation id found twice (in two files, or twice in one) raises
+`TaskDataError` naming both places, so a stray copy is never served in place of the original.
+Symbolic links are not followed (a linked folder or file under the root is logged and not
+served, wherever it points: `env.mind2web.prepare` refuses them alike), and `check_prepared`
+stops a server whose tasks do not cover, unchanged, the files the prepared splits came from.
+A task is named by annotation id, or by (file relative to the root, index): a file
 outside the root (`../`, absolute, symlinked out) gets one fixed message decided before anything
 is looked up, and only indexed files are ever opened, so an answer never reveals what exists
 outside the root. Parsed tasks and page snapshots sit in bounded LRU caches; a page missing from
@@ -34,6 +39,10 @@ from env.wire import WireError
 logger = logging.getLogger(__name__)
 
 OUTSIDE = "task.file must name a task file inside the data root, relative to it"
+
+
+class TaskDataError(ValueError):
+    """The tasks under the data root cannot be served as they are (the server must not start)."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +155,46 @@ def _index_file(source: Path, rel: str, cache_dir: Path) -> tuple[_Indexed, list
     return _Indexed(lines, tuple(offsets)), ids
 
 
+def _task_files(root: Path) -> list[Path]:
+    """Every `*.json` under `root`, in path order, reached without following a symbolic link
+    (a linked folder or file is logged and left out, wherever it points)."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        for name in sorted(dirs):
+            if (Path(folder) / name).is_symlink():
+                logger.warning("not following the symbolic link %s", Path(folder) / name)
+        for name in files:
+            path = Path(folder) / name
+            if name.endswith(".json") and path.is_symlink():
+                logger.warning("not following the symbolic link %s", path)
+            elif name.endswith(".json"):
+                found.append(path)
+    return sorted(found)
+
+
+def check_prepared(store: TaskStore, prepared_dir: str | Path) -> None:
+    """`TaskDataError` unless `store` serves every task file the prepared splits were written
+    from (`<prepared_dir>/manifest.json`), unchanged: prepared rows the server cannot reset stop
+    it at start, not at reset. No manifest: nothing is checked (logged)."""
+    manifest_path = Path(prepared_dir) / "manifest.json"
+    if not manifest_path.is_file():
+        logger.warning("no %s: the prepared splits are not checked against the tasks",
+                       manifest_path)
+        return
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    if Path(manifest["data_root"]) != store.root:
+        raise TaskDataError(f"{prepared_dir} was prepared from {manifest['data_root']} but the "
+                            f"server serves {store.root}: prepare that root or serve that one")
+    for rel, size, mtime_ns in manifest["inputs"]:
+        if not store.serves(rel):
+            raise TaskDataError(f"{rel} (prepared in {prepared_dir}) is not served from "
+                                f"{store.root}: it is missing or reached through a link")
+        stat = (store.root / rel).stat()
+        if (stat.st_size, stat.st_mtime_ns) != (size, mtime_ns):
+            raise TaskDataError(f"{rel} changed since {prepared_dir} was prepared: run "
+                                "scripts/web/prepare_data.sh again")
+
+
 class TaskStore:
     """Every task under `root`, by annotation id or (file, index)."""
 
@@ -158,9 +207,7 @@ class TaskStore:
         cache.mkdir(parents=True, exist_ok=True)
         self._files: dict[str, _Indexed] = {}
         self._by_id: dict[str, TaskKey] = {}
-        sources = sorted(p for p in self.root.rglob("*.json")
-                         if p.resolve().is_relative_to(self.root))
-        for source in tqdm(sources, desc="indexing Mind2Web tasks", disable=None):
+        for source in tqdm(_task_files(self.root), desc="indexing Mind2Web tasks", disable=None):
             rel = source.relative_to(self.root).as_posix()
             try:
                 indexed, ids = _index_file(source, rel, cache)
@@ -168,14 +215,28 @@ class TaskStore:
                 logger.warning("skipping %s: not a Mind2Web task list (%s)", rel, err)
                 continue
             self._files[rel] = indexed
-            for index, annotation_id in enumerate(ids):
-                self._by_id.setdefault(annotation_id, TaskKey(rel, index))
+            self._add_ids(rel, ids)
         self._tasks = LRU(task_cache_size, self._read)
         self._snapshots = LRU(snapshot_cache_size, self._render)
         logger.info("%d tasks in %d files under %s", len(self), len(self._files), self.root)
 
+    def _add_ids(self, rel: str, ids: list[str]) -> None:
+        """Index `rel`'s tasks by id; an id already indexed from another file is an error."""
+        for index, annotation_id in enumerate(ids):
+            if not annotation_id:
+                continue
+            first = self._by_id.setdefault(annotation_id, TaskKey(rel, index))
+            if first.file != rel or first.index != index:
+                raise TaskDataError(
+                    f"task {annotation_id} is in both {first.file} and {rel} (under "
+                    f"{self.root}): remove the copy that should not be served")
+
     def __len__(self) -> int:
         return sum(len(f.offsets) for f in self._files.values())
+
+    def serves(self, rel: str) -> bool:
+        """Whether the task file `rel` (relative to the root) is indexed."""
+        return rel in self._files
 
     def locate_id(self, annotation_id: str) -> TaskKey:
         key = self._by_id.get(annotation_id)

@@ -1,14 +1,16 @@
 """Extract the official password-protected Mind2Web test zip into the data root.
 
-Owns one step: every `*.zip` at the data root (where the published dataset keeps `test.zip`) or
-in `<root>/data/` (where users also put it) holding `test_task/`, `test_website/` or
-`test_domain/` JSON files is extracted to `<root>/data/<split>/<file>.json` (only the split
-folder and the file name of a member are used, so no member can write elsewhere); two zips
-holding the same split are refused. Files are decrypted into a staging folder — by the compiled
-`unzip` where installed (`env.mind2web.unzip_tool`: the password typed at its prompt, never on a
-command line), else streamed by `zipfile` (bounded memory, slower) — under a progress bar
-that says which, then each split folder is replaced by rename. A marker per zip (next to it:
-`.<zip>.extracted`, its size and mtime) makes a second run a no-op while the split folders
+Owns one step: every `*.zip` at the data root (where the published dataset keeps `test.zip`) or in
+`<root>/data/` (where users also put it) holding `test_task/`, `test_website/` or `test_domain/`
+JSON files is extracted to `<out>/<split>/<file>.json`, `<out>` being the folder that holds
+`train/` (`<root>/data/`, or the root itself in that layout; only the split folder and the file
+name of a member are used, so no member can write elsewhere); two zips holding the same split are
+refused, and so is a `data/<split>/` folder that none of the zips found holds (left from an earlier
+zip: stale; the user deletes it or restores the zip). Files are decrypted into a staging folder —
+by the compiled `unzip` where installed (`env.mind2web.unzip_tool`: the password typed at its
+prompt, never on a command line), else streamed by `zipfile` (bounded memory, slower) — under a
+progress bar that says which, then each split folder is replaced by rename. A marker per zip (next
+to it: `.<zip>.extracted`, its size and mtime) makes a second run a no-op while the split folders
 exist. The password comes from the caller (the CLI reads $MIND2WEB_ZIP_PASSWORD); a missing or
 wrong one raises `ZipPasswordError` saying what to do.
 """
@@ -39,6 +41,10 @@ class ZipPasswordError(RuntimeError):
 
 class DuplicateSplitError(ValueError):
     """Two test zips hold the same split."""
+
+
+class StaleSplitError(ValueError):
+    """A test split folder is there but no test zip holds that split any more."""
 
 
 def _members(archive: zipfile.ZipFile) -> dict[str, tuple[str, str]]:
@@ -173,9 +179,32 @@ def _splits_of(zip_path: Path) -> set[str]:
         return {split for split, _ in _members(archive).values()}
 
 
-def extract_test_zips(data_root: Path, password: str | None) -> int:
-    """Extract every test zip of `data_root` into `data_root/data`; how many were (re-)extracted.
-    Two zips holding the same split are an error (which one would win is not for us to pick)."""
+def zip_splits(data_root: Path) -> set[str]:
+    """The test splits the zips of `data_root` hold (nothing is extracted)."""
+    return {split for path in find_test_zips(data_root) for split in _splits_of(path)}
+
+
+def _refuse_stale(out_dir: Path, owner: dict[str, Path]) -> None:
+    """`StaleSplitError` for a `data/<test split>/` folder that none of the zips found holds:
+    its rows would come from an earlier zip. Not deleted here: the folder is the user's."""
+    if not owner:
+        return
+    zips = ", ".join(sorted({str(path) for path in owner.values()}))
+    for split in TEST_SPLITS:
+        if split not in owner and (out_dir / split).exists():
+            raise StaleSplitError(
+                f"{out_dir / split} is there but no zip now holds it (zips: {zips}), so its "
+                f"tasks would come from an earlier zip: delete {out_dir / split} if {split} "
+                "is gone (a required split then stops preparation as empty), or put back the "
+                "zip that holds it")
+
+
+def extract_test_zips(data_root: Path, password: str | None, out_dir: Path | None = None) -> int:
+    """Extract every test zip of `data_root` into `out_dir` (the folder holding `train/`;
+    `data_root/data` by default); how many were (re-)extracted.
+    Two zips holding the same split are an error (which one would win is not for us to pick), and
+    so is a split folder that no zip holds any more (`StaleSplitError`), before anything is
+    extracted."""
     owner: dict[str, Path] = {}
     for path in find_test_zips(data_root):
         for split in sorted(_splits_of(path)):
@@ -183,5 +212,6 @@ def extract_test_zips(data_root: Path, password: str | None) -> int:
                 raise DuplicateSplitError(f"both {owner[split]} and {path} hold {split}: "
                                           "keep one of them")
             owner[split] = path
-    return sum(extract_zip(path, data_root / "data", password)
-               for path in find_test_zips(data_root))
+    out = out_dir or data_root / "data"
+    _refuse_stale(out, owner)
+    return sum(extract_zip(path, out, password) for path in find_test_zips(data_root))

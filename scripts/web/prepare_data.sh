@@ -6,7 +6,7 @@
 #                profile's data; the test zip gets $MIND2WEB_ZIP_PASSWORD or the generator's
 #                default password, and preparation uses the same)
 #   --data-root  the official layout's root (default: $MIND2WEB_DATA, then mind2web.data_root),
-#                i.e. the folder holding data/train/*.json and the test zip
+#                i.e. the folder holding data/train/*.json (or train/*.json) and the test zip
 # The official test zip needs MIND2WEB_ZIP_PASSWORD (the password on the dataset card).
 # Output: <mind2web.prepared_dir>/{train,test_task,test_website,test_domain,all}.jsonl
 set -euo pipefail

@@ -7,6 +7,7 @@ capacity gives 503."""
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -16,11 +17,12 @@ from pathlib import Path
 import pytest
 import requests
 
-from env.launch import free_port, health_ok, read_pid
+from env.launch import LaunchError, free_port, health_ok, read_pid
 from env.mind2web import launch
+from env.mind2web.prepare import prepare
 from env.mind2web.server import pid_file
 from env.mind2web.snapshot import build_snapshot
-from env.mind2web.store import LRU, OUTSIDE, TaskStore
+from env.mind2web.store import LRU, OUTSIDE, TaskDataError, TaskStore, check_prepared
 from env.mind2web.validate import GoldStep, expected_refs
 from evolving_rl.config import Config, parse_config
 from evolving_rl.domains.mind2web_metrics import REFERENCE_FALLBACK
@@ -92,6 +94,7 @@ def start_server(tmp_path_factory, mind2web_prepared) -> Iterator[Callable[..., 
     def _start(**settings) -> Server:
         run = tmp_path_factory.mktemp("mind2web_server")
         values = {"data_root": str(mind2web_prepared.root), "port": free_port(),
+                  "prepared_dir": str(mind2web_prepared.prepared_dir),
                   "server_cache_dir": str(run / "cache"), "log_dir": str(run / "logs"),
                   "start_timeout_s": 120, **settings}
         cfg = parse_config({"environment": "mind2web", "mind2web": values})
@@ -330,3 +333,57 @@ def test_index_is_built_once_and_rebuilt_when_the_source_changes(mind2web_genera
     assert len(again) == 1
     key = again.locate_id(tasks[0]["annotation_id"])
     assert again.task(key).confirmed_task == tasks[0]["confirmed_task"]
+
+
+def test_a_task_id_in_two_files_stops_the_store_naming_both(mind2web_prepared, tmp_path):
+    root = Path(shutil.copytree(mind2web_prepared.root, tmp_path / "root"))
+    train = sorted((root / "data" / "train").glob("*.json"))[0]
+    (root / "data" / "a_backup").mkdir()
+    shutil.copy(train, root / "data" / "a_backup" / train.name)
+    with pytest.raises(TaskDataError, match=f"data/a_backup/{train.name} and "
+                                            f"data/train/{train.name}"):
+        TaskStore(root, tmp_path / "cache", 4, 4)
+
+
+def test_a_server_over_duplicate_ids_never_gets_healthy(mind2web_prepared, tmp_path):
+    root = Path(shutil.copytree(mind2web_prepared.root, tmp_path / "root"))
+    shutil.copytree(root / "data" / "train", root / "data" / "a_backup")
+    values = {"data_root": str(root), "port": free_port(), "log_dir": str(tmp_path / "logs"),
+              "prepared_dir": str(tmp_path / "no_prepared"),
+              "server_cache_dir": str(tmp_path / "cache"), "start_timeout_s": 120}
+    cfg = parse_config({"environment": "mind2web", "mind2web": values})
+    with pytest.raises(LaunchError, match="exited with code 1"):
+        launch.start(cfg)
+    log = (tmp_path / "logs" / "server.log").read_text()
+    assert "error: task " in log and "data/a_backup/" in log and "data/train/" in log
+
+
+def _copy_and_prepare(mind2web_prepared, tmp_path: Path) -> tuple[Path, Path]:
+    root = Path(shutil.copytree(mind2web_prepared.root, tmp_path / "root"))
+    prepare(root, tmp_path / "prepared")  # the zip is extracted already
+    return root, tmp_path / "prepared"
+
+
+def test_links_are_not_followed_and_the_prepared_splits_must_be_served(mind2web_prepared,
+                                                                       tmp_path):
+    root, prepared = _copy_and_prepare(mind2web_prepared, tmp_path)
+    store = TaskStore(root, tmp_path / "cache", 4, 4)
+    check_prepared(store, prepared)  # the splits' files, unchanged: served
+    train = root / "data" / "train"
+    shutil.move(train, tmp_path / "train_real")
+    train.symlink_to(tmp_path / "train_real")
+    linked = TaskStore(root, tmp_path / "cache", 4, 4)
+    assert len(linked) < len(store)
+    with pytest.raises(TaskDataError, match="data/train/.* is not served"):
+        check_prepared(linked, prepared)
+
+
+def test_prepared_rows_from_another_root_or_a_changed_file_stop_the_server(mind2web_prepared,
+                                                                          tmp_path):
+    root, prepared = _copy_and_prepare(mind2web_prepared, tmp_path)
+    with pytest.raises(TaskDataError, match="prepared from .* but the server serves"):
+        check_prepared(TaskStore(root, tmp_path / "cache", 4, 4), mind2web_prepared.prepared_dir)
+    source = sorted((root / "data" / "test_task").glob("*.json"))[0]
+    source.write_text(json.dumps(json.loads(source.read_text())[:1]))
+    with pytest.raises(TaskDataError, match=f"data/test_task/{source.name} changed since"):
+        check_prepared(TaskStore(root, tmp_path / "cache", 4, 4), prepared)

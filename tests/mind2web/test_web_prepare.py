@@ -11,10 +11,23 @@ from pathlib import Path
 
 import pytest
 
-from env.mind2web import testzip, unzip_tool
+from env.mind2web import service, testzip, unzip_tool
 from env.mind2web.generate import GenerateSpec, generate
-from env.mind2web.prepare import SPLITS, EmptySplitError, MissingDataError, main, prepare
-from env.mind2web.testzip import PASSWORD_ENV, DuplicateSplitError, ZipPasswordError
+from env.mind2web.prepare import (
+    SPLITS,
+    EmptySplitError,
+    LinkedDataError,
+    MissingDataError,
+    main,
+    prepare,
+)
+from env.mind2web.testzip import (
+    PASSWORD_ENV,
+    DuplicateSplitError,
+    StaleSplitError,
+    ZipPasswordError,
+)
+from evolving_rl.config import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 METADATA_KEYS = {"annotation_id", "website", "domain", "subdomain", "task_type", "source_file",
@@ -200,3 +213,74 @@ def test_memory_under_500_mb_on_a_500_mb_split(tmp_path):
     assert size >= 500e6
     _, after = peak_rss(data.root, tmp_path / "prepared")
     assert after < 500e6, after
+
+
+@pytest.mark.parametrize("target", ["inside", "outside"])
+def test_a_linked_split_folder_is_refused_before_anything_is_written(fresh_root, tmp_path,
+                                                                     target):
+    train = fresh_root / "data" / "train"
+    real = (fresh_root if target == "inside" else tmp_path) / "train_real"
+    shutil.move(train, real)
+    train.symlink_to(real)
+    with pytest.raises(LinkedDataError, match=r"data/train \(under .*\) is a symbolic link"):
+        prepare(fresh_root, tmp_path / "prepared", required=("train",))
+    assert not (tmp_path / "prepared").exists()
+
+
+def test_a_linked_task_file_is_refused(fresh_root, tmp_path):
+    source = sorted((fresh_root / "data" / "train").glob("*.json"))[0]
+    moved = shutil.move(source, tmp_path / source.name)
+    source.symlink_to(moved)
+    with pytest.raises(LinkedDataError,
+                       match=f"data/train/{source.name} \\(under .*\\) is a symbolic link"):
+        prepare(fresh_root, tmp_path / "prepared", required=("train",))
+
+
+def test_a_split_gone_from_a_new_zip_stops_prepare_saying_so(fresh_root, tmp_path,
+                                                              mind2web_spec):
+    prepared = tmp_path / "prepared"
+    prepare(fresh_root, prepared, password=mind2web_spec.password)
+    before = outputs(prepared)
+    spec = GenerateSpec(tasks=8, seed=9, distractors=2, password=mind2web_spec.password,
+                        splits=("train", "test_task", "test_website"))
+    shutil.copy(generate(tmp_path / "new", spec).root / "test.zip", fresh_root / "test.zip")
+    with pytest.raises(StaleSplitError, match=r"data/test_domain .*no zip now holds it.*"
+                                              r"test\.zip"):
+        prepare(fresh_root, prepared, password=mind2web_spec.password)
+    assert outputs(prepared) == before
+    assert (fresh_root / "data" / "test_domain").is_dir()  # the user's to delete, not ours
+
+
+def test_split_folders_at_the_root_are_a_layout_too(fresh_root, tmp_path, mind2web_generated,
+                                                   mind2web_spec):
+    shutil.move(fresh_root / "data" / "train", fresh_root / "train")
+    shutil.rmtree(fresh_root / "data")
+    manifest = prepare(fresh_root, tmp_path / "prepared", password=mind2web_spec.password)
+    assert {s: manifest["splits"][s]["tasks"] for s in SPLITS} == mind2web_generated.counts
+    assert not (fresh_root / "data").exists() and (fresh_root / "test_domain").is_dir()
+    for split in SPLITS:
+        for row in read_rows(tmp_path / "prepared" / f"{split}.jsonl"):
+            assert row["metadata"]["source_file"].startswith(f"{split}/")
+
+
+def test_a_missing_train_split_stops_before_the_zip_is_extracted(fresh_root, tmp_path,
+                                                                  mind2web_spec):
+    shutil.rmtree(fresh_root / "data" / "train")
+    with pytest.raises(EmptySplitError, match=r"split train is empty: no task in .*/data/train"):
+        prepare(fresh_root, tmp_path / "prepared", password=mind2web_spec.password)
+    assert not list(fresh_root.rglob("test_*")) and not (tmp_path / "prepared").exists()
+
+
+def test_the_main_job_prepares_the_root_layout_instead_of_generating(fresh_root, tmp_path,
+                                                                     monkeypatch,
+                                                                     mind2web_generated,
+                                                                     mind2web_spec):
+    shutil.move(fresh_root / "data" / "train", fresh_root / "train")
+    shutil.rmtree(fresh_root / "data")
+    monkeypatch.setenv(PASSWORD_ENV, mind2web_spec.password)
+    cfg = parse_config({"environment": "mind2web", "mind2web": {
+        "data_root": str(fresh_root), "prepared_dir": str(tmp_path / "prepared")}})
+    service.prepare_data(cfg)
+    assert not (fresh_root / "data").exists()
+    train = read_rows(tmp_path / "prepared" / "train.jsonl")
+    assert len(train) == mind2web_generated.counts["train"]
