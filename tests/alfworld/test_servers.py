@@ -62,7 +62,19 @@ def _bad_requests(game: str, episode_id: str) -> list[tuple[str, object, int, st
         ("/step", {"episode_id": "nope", "action": "look"}, 404, "episode_id"),
         ("/close", {"episode_id": None}, 400, "episode_id"),
         ("/close", {"episode_id": "nope"}, 404, "episode_id"),
+        *[(path, {"episode_id": forged, "action": "look"}, 404, "episode_id")
+          for path in ("/step", "/close") for forged in _forged_ids(episode_id)],
     ]
+
+
+def _forged_ids(episode_id: str) -> list[str]:
+    """Ids of the right shape but for a Unicode digit or a trailing newline, naming a boot that
+    never was: the shape check must refuse them (404), not read them as lost episodes (410)."""
+    index, _, rest = episode_id.split("-")
+    never = "0" * 8
+    arabic_indic = "".join(chr(0x0660 + int(d)) for d in index)
+    return [f"{arabic_indic}-{never}-{rest}", f"{index}-{never}-{rest}\n",
+            f"{index}-{episode_id.split('-')[1]}-{rest}\n"]
 
 
 def _post_raw(base: str, path: str, body: object) -> requests.Response:
