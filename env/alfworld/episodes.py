@@ -39,9 +39,9 @@ class Slot:
         ep = self.episode
         listed = [command for command in ep.admissible if command not in UNLISTED_COMMANDS]
         return EpisodeView(episode_id=episode_id, observation=ep.observation,
-                           admissible_commands=listed, won=ep.won, done=ep.won,
-                           steps=self.steps, task=self.task, task_type=self.task_type,
-                           game=self.game)
+                           admissible_commands=listed, won=ep.won, reward=ep.reward,
+                           done=ep.won, steps=self.steps, task=self.task,
+                           task_type=self.task_type, game=self.game)
 
 
 def task_text(intro: str) -> str:

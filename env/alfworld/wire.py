@@ -85,12 +85,13 @@ class CloseRequest:
 
 @dataclass(frozen=True)
 class EpisodeView:
-    """What reset and step answer."""
+    """What reset and step answer; every field is described in docs/design.md §7.1."""
 
     episode_id: str
     observation: str
     admissible_commands: list[str]
     won: bool
+    reward: float
     done: bool
     steps: int
     task: str

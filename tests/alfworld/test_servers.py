@@ -34,12 +34,14 @@ def test_walkthrough_wins_through_router(servers, alfworld_games):
     for game in list({g.task_type: g for g in reversed(alfworld_games)}.values()):
         view = servers.post("/reset", {"game": game.key}).json()
         assert view["task_type"] == game.task_type and view["task"] and not view["won"]
-        assert view["steps"] == 0 and view["admissible_commands"]
+        assert view["steps"] == 0 and view["admissible_commands"] and view["reward"] == 0.0
         for action in game.walkthrough:
             assert "help" not in view["admissible_commands"]  # as the reference servers list them
+            assert view["reward"] == 0.0  # the engine's only reward is the win
             view = servers.post("/step", {"episode_id": view["episode_id"],
                                           "action": action}).json()
         assert view["won"] and view["done"] and view["steps"] == len(game.walkthrough)
+        assert view["reward"] == 1.0
         assert servers.post("/close", {"episode_id": view["episode_id"]}).status_code == 200
 
 
