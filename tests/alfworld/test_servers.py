@@ -185,6 +185,11 @@ def test_killed_worker_is_respawned_and_its_episodes_lost(servers, alfworld_game
     assert time.monotonic() - started < 5
     assert _wait(lambda: servers.health()["ok"]), "worker was not respawned"
     assert servers.health()["workers"][index]["pid"] != worker["pid"]
+    again = servers.post("/step", {"episode_id": view["episode_id"], "action": "look"})
+    assert again.status_code == 410  # still lost once the worker is back
+    _, _, rest = view["episode_id"].split("-")
+    forged = servers.post("/step", {"episode_id": f"{index}-{'0' * 8}-{rest}", "action": "look"})
+    assert forged.status_code == 404 and forged.json()["error"] == "unknown_episode"  # no boot
     assert _wait(lambda: not any(psutil.pid_exists(p) for p in info["translator_pids"]))
     for _ in range(4):  # new episodes work on every worker again
         fresh = servers.post("/reset", {"game": game}).json()
