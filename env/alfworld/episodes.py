@@ -4,7 +4,8 @@ Owns which episodes exist in one worker process. A reset first reserves a slot (
 live episodes and resets in flight; full → 503 + Retry-After), and the episode is registered only
 if its client is still waiting for it — a reset that finishes after the client's deadline, or
 after the client hung up, is dropped on the spot instead of holding memory until the idle TTL.
-Ids are `<worker>-<boot>-<random>`: an id from a previous boot of this worker is "lost" (410).
+Ids are `<worker>-<boot>-<random>`: an id of another boot of this worker is "lost" (410); only
+the router, which saw every boot, tells a forged boot (404) from a past one.
 
 The admissible commands a client sees leave out the engine's `help` command, as the reference
 servers' lists do (`help` stays playable, it is just not offered: small solvers wasted turns on it).
@@ -39,9 +40,9 @@ class Slot:
         ep = self.episode
         listed = [command for command in ep.admissible if command not in UNLISTED_COMMANDS]
         return EpisodeView(episode_id=episode_id, observation=ep.observation,
-                           admissible_commands=listed, won=ep.won, done=ep.won,
-                           steps=self.steps, task=self.task, task_type=self.task_type,
-                           game=self.game)
+                           admissible_commands=listed, won=ep.won, reward=ep.reward,
+                           done=ep.won, steps=self.steps, task=self.task,
+                           task_type=self.task_type, game=self.game)
 
 
 def task_text(intro: str) -> str:

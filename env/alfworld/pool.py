@@ -4,8 +4,9 @@ Owns the ALFWorld workers as the router's children. Every `health_interval_s` ea
 checked: a process that exited, or that failed `unhealthy_after` checks in a row, is declared dead
 (killed if still running — only the PID we started), and a replacement is spawned in the
 background. A worker's `boot` token changes with every process, so episode ids of a dead worker
-answer "episode lost" instead of hanging. Placement of a new episode: the healthy worker with the
-lowest load (live + resets in flight) relative to its capacity.
+answer "episode lost" instead of hanging; every boot a slot has had is kept (`boots`), so an id
+naming a boot that never was is unknown, not lost. Placement of a new episode: the healthy
+worker with the lowest load (live + resets in flight) relative to its capacity.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 import threading
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import urllib3
@@ -38,6 +39,7 @@ class WorkerHandle:
     capacity: int
     proc: subprocess.Popen | None = None
     boot: str | None = None
+    boots: set[str] = field(default_factory=set)
     healthy: bool = False
     live: int = 0
     pending: int = 0
@@ -96,6 +98,8 @@ class WorkerPool:
                 return False
             handle.fails, handle.healthy = 0, True
             handle.boot = body.get("boot")
+            if isinstance(handle.boot, str):
+                handle.boots.add(handle.boot)
             handle.live = int(body.get("live_episodes", 0))
         return True
 

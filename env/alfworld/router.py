@@ -4,7 +4,7 @@ Owns the routing surface (a Flask app factory, served by waitress) and the route
 it starts the workers (`pool`), health-checks and respawns them, places each reset on the
 least-loaded healthy worker (the game's own worker when nearly as free; the next one when
 full), and sends steps and closes to the worker named in the episode id — answering 410
-"episode lost" at once for a worker that died.
+"episode lost" at once for a worker that died, and 404 for an id naming a boot it never had.
 Requests are validated here with the same wire types as the workers, so garbage stops at the door.
 
     python -m env.alfworld.router --config configs/alfworld.yaml   # usually via launch
@@ -101,7 +101,7 @@ def _episode_call(cfg: AlfworldConfig, pool: WorkerPool, upstream: Upstream, pat
         raise unknown(episode_id)
     handle = pool.workers[index]
     if handle.boot != boot:
-        raise lost(episode_id)
+        raise lost(episode_id) if boot in handle.boots else unknown(episode_id)
     result = upstream.post(handle, path, payload, cfg.step_timeout_s)
     if result is None:
         if pool.exited(handle):

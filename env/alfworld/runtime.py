@@ -232,6 +232,12 @@ class Episode:
         self.commands = commands
         self.admissible = sorted(commands)
 
+    @property
+    def reward(self) -> float:
+        """The stock engine's reward for the last step (`PddlEnv.step` returns its score): 1 once
+        the goal is reached, else 0 — ALFWorld games give no intermediate reward."""
+        return 1.0 if self.won else 0.0
+
     def step(self, command: str) -> str:
         """Play one command; returns the feedback text (admissible/won are updated)."""
         self._select()

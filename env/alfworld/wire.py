@@ -17,7 +17,9 @@ from env.wire import WireError, bad_field, string_field
 
 MAX_ACTION_CHARS = 1000
 MAX_GAME_CHARS = 1024
-EPISODE_ID = re.compile(r"^(\d{1,4})-([0-9a-f]{8})-([0-9a-f]{16})$")
+# ASCII digits only (`\d` would take any Unicode digit) and matched whole (`$` would take a
+# trailing newline): anything else is no id of ours, so 404, never 410 "lost".
+EPISODE_ID = re.compile(r"([0-9]{1,4})-([0-9a-f]{8})-([0-9a-f]{16})", re.ASCII)
 
 
 def lost(episode_id: str) -> WireError:
@@ -32,14 +34,14 @@ def unknown(episode_id: str) -> WireError:
 
 def _episode_id(body: dict[str, Any]) -> str:
     value = string_field(body, "episode_id", 64)
-    if not EPISODE_ID.match(value):
+    if not EPISODE_ID.fullmatch(value):
         raise unknown(value)
     return value
 
 
 def episode_worker(episode_id: str) -> tuple[int, str]:
     """(worker index, worker boot) encoded in a validated episode id."""
-    match = EPISODE_ID.match(episode_id)
+    match = EPISODE_ID.fullmatch(episode_id)
     assert match is not None  # ids reach here validated
     return int(match.group(1)), match.group(2)
 
@@ -83,12 +85,13 @@ class CloseRequest:
 
 @dataclass(frozen=True)
 class EpisodeView:
-    """What reset and step answer."""
+    """What reset and step answer; every field is described in docs/design.md §7.1."""
 
     episode_id: str
     observation: str
     admissible_commands: list[str]
     won: bool
+    reward: float
     done: bool
     steps: int
     task: str

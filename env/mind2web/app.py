@@ -23,7 +23,7 @@ from evolving_rl.config.schema import Mind2WebConfig
 MAX_ID_CHARS = 256
 MAX_FILE_CHARS = 1024
 MAX_VALUE_CHARS = 2000
-REF = re.compile(r"^e[1-9]\d{0,6}$")
+REF = re.compile(r"e[1-9][0-9]{0,6}", re.ASCII)  # matched whole; ASCII digits only
 
 
 def _task_key(store: TaskStore, body: dict[str, Any]) -> TaskKey:
@@ -53,7 +53,7 @@ def _action(body: dict[str, Any]) -> Action:
     if op not in OPS:
         raise bad_field("action.op", f"must be one of {', '.join(sorted(OPS))}")
     ref = string_field(action, "ref", 16, field="action.ref").strip()
-    if not REF.match(ref):
+    if not REF.fullmatch(ref):
         raise bad_field("action.ref", "must be an element ref like e12")
     return Action(op, ref, string_field(action, "value", MAX_VALUE_CHARS, field="action.value",
                                        required=False))

@@ -30,8 +30,9 @@ def one_per_type(games):
 
 
 def test_same_text_as_stock_engine(alfworld_root, alfworld_games):
-    """Every observation, command list and `won` equals the stock engine's, with two episodes
-    of each game interleaved on the shared lib and some commands that are not admissible."""
+    """Every observation, command list, `won` and reward equals the stock engine's, with two
+    episodes of each game interleaved on the shared lib and some commands that are not
+    admissible."""
     lib = DownwardLib()
     for index, game in enumerate(one_per_type(alfworld_games)):
         path = alfworld_root / game.key
@@ -42,12 +43,12 @@ def test_same_text_as_stock_engine(alfworld_root, alfworld_games):
         rng = random.Random(index)
         for _ in range(25):
             action = rng.choice(state.admissible_commands) if rng.random() < 0.9 else "dance"
-            state, _, _ = env.step(action)
+            state, reward, _ = env.step(action)
             ours.step(action)
             other.step(rng.choice(other.admissible))
             assert ours.observation == state.feedback
             assert ours.admissible == state.admissible_commands
-            assert ours.won == state.won
+            assert ours.won == state.won and ours.reward == reward
 
 
 @pytest.mark.parametrize("every", [False, pytest.param(True, marks=pytest.mark.slow)])

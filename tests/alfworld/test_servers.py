@@ -34,12 +34,14 @@ def test_walkthrough_wins_through_router(servers, alfworld_games):
     for game in list({g.task_type: g for g in reversed(alfworld_games)}.values()):
         view = servers.post("/reset", {"game": game.key}).json()
         assert view["task_type"] == game.task_type and view["task"] and not view["won"]
-        assert view["steps"] == 0 and view["admissible_commands"]
+        assert view["steps"] == 0 and view["admissible_commands"] and view["reward"] == 0.0
         for action in game.walkthrough:
             assert "help" not in view["admissible_commands"]  # as the reference servers list them
+            assert view["reward"] == 0.0  # the engine's only reward is the win
             view = servers.post("/step", {"episode_id": view["episode_id"],
                                           "action": action}).json()
         assert view["won"] and view["done"] and view["steps"] == len(game.walkthrough)
+        assert view["reward"] == 1.0
         assert servers.post("/close", {"episode_id": view["episode_id"]}).status_code == 200
 
 
@@ -62,7 +64,19 @@ def _bad_requests(game: str, episode_id: str) -> list[tuple[str, object, int, st
         ("/step", {"episode_id": "nope", "action": "look"}, 404, "episode_id"),
         ("/close", {"episode_id": None}, 400, "episode_id"),
         ("/close", {"episode_id": "nope"}, 404, "episode_id"),
+        *[(path, {"episode_id": forged, "action": "look"}, 404, "episode_id")
+          for path in ("/step", "/close") for forged in _forged_ids(episode_id)],
     ]
+
+
+def _forged_ids(episode_id: str) -> list[str]:
+    """Ids of the right shape but for a Unicode digit or a trailing newline, naming a boot that
+    never was: the shape check must refuse them (404), not read them as lost episodes (410)."""
+    index, _, rest = episode_id.split("-")
+    never = "0" * 8
+    arabic_indic = "".join(chr(0x0660 + int(d)) for d in index)
+    return [f"{arabic_indic}-{never}-{rest}", f"{index}-{never}-{rest}\n",
+            f"{index}-{episode_id.split('-')[1]}-{rest}\n"]
 
 
 def _post_raw(base: str, path: str, body: object) -> requests.Response:
@@ -171,6 +185,11 @@ def test_killed_worker_is_respawned_and_its_episodes_lost(servers, alfworld_game
     assert time.monotonic() - started < 5
     assert _wait(lambda: servers.health()["ok"]), "worker was not respawned"
     assert servers.health()["workers"][index]["pid"] != worker["pid"]
+    again = servers.post("/step", {"episode_id": view["episode_id"], "action": "look"})
+    assert again.status_code == 410  # still lost once the worker is back
+    _, _, rest = view["episode_id"].split("-")
+    forged = servers.post("/step", {"episode_id": f"{index}-{'0' * 8}-{rest}", "action": "look"})
+    assert forged.status_code == 404 and forged.json()["error"] == "unknown_episode"  # no boot
     assert _wait(lambda: not any(psutil.pid_exists(p) for p in info["translator_pids"]))
     for _ in range(4):  # new episodes work on every worker again
         fresh = servers.post("/reset", {"game": game}).json()

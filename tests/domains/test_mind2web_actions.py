@@ -35,6 +35,7 @@ def test_web_actions_parse(text, expected):
     ('<action>{"op":"CLICK","ref":12}</action>', ActionStatus.MALFORMED_ACTION),
     ("<action>[1, 2]</action>", ActionStatus.MALFORMED_ACTION),
     ('<action>{"op":"CLICK",</action>', ActionStatus.MALFORMED_ACTION),
+    ("<action>CLICK e\u0661</action>", ActionStatus.MALFORMED_ACTION),  # the server's 400
 ])
 def test_malformed_web_replies_are_statuses(text, status):
     parsed = parse_web_action(text)

@@ -43,7 +43,8 @@ class FakeEnvClient:
         episode_id = f"ep{next(self._ids)}"
         self.open.add(episode_id)
         return {"episode_id": episode_id, "admissible_commands": ACTIONS,
-                "observation": INTRO.format(goal=body["game"]), "done": False, "won": False}
+                "observation": INTRO.format(goal=body["game"]), "done": False, "won": False,
+                "reward": 0.0}
 
     async def step(self, episode_id: str, action: str) -> dict[str, Any]:
         self._tick()
@@ -51,7 +52,8 @@ class FakeEnvClient:
         won = action == self.goal_action
         text = "You take the mug 1." if won else (
             "Nothing happens." if action not in ACTIONS else "You arrive somewhere.")
-        return {"observation": text, "admissible_commands": ACTIONS, "done": won, "won": won}
+        return {"observation": text, "admissible_commands": ACTIONS, "done": won, "won": won,
+                "reward": float(won)}
 
     async def close_episode(self, episode_id: str) -> dict[str, Any]:
         self.closed.append(episode_id)

@@ -226,6 +226,8 @@ def test_client_mistakes_get_json_4xx_naming_the_field(server, tasks):
         ("/step", {"episode_id": episode_id, "action": {**good, "op": None}}, 400, "action.op"),
         ("/step", {"episode_id": episode_id, "action": {**good, "ref": "12"}}, 400,
          "action.ref"),
+        ("/step", {"episode_id": episode_id, "action": {**good, "ref": "e1\u0661"}}, 400,
+         "action.ref"),  # an Arabic-Indic digit is no ref digit
         ("/step", {"episode_id": episode_id, "action": {**good, "value": 3}}, 400,
          "action.value"),
         ("/close", {"episode_id": None}, 400, "episode_id"),

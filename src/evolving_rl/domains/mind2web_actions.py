@@ -19,9 +19,9 @@ from evolving_rl.core.actions import ActionStatus, extract_action
 
 WEB_OPS = ("CLICK", "TYPE", "SELECT")
 _WEB_ALIASES = {"HOVER": "CLICK", "ENTER": "CLICK"}
-_WEB_LINE = re.compile(r"(?P<op>[A-Za-z]+)\s+(?P<ref>\[?(?:ref=)?e\d+\]?)"
+_WEB_LINE = re.compile(r"(?P<op>[A-Za-z]+)\s+(?P<ref>\[?(?:ref=)?e[0-9]+\]?)"
                        r"(?:\s*[|:]\s*(?P<value>.*))?", re.DOTALL | re.IGNORECASE)
-_WEB_REF = re.compile(r"\[?(?:ref=)?(e\d+)\]?", re.IGNORECASE)
+_WEB_REF = re.compile(r"\[?(?:ref=)?(e[0-9]+)\]?", re.IGNORECASE)  # ASCII digits, as the server
 _JSON_SPAN = re.compile(r"\{.*\}", re.DOTALL)
 
 
