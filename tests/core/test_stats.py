@@ -27,3 +27,18 @@ def test_symmetric_and_degenerate():
 def test_wins_must_fit_the_episodes():
     with pytest.raises(ValueError):
         Pooled(5, 4)
+
+
+def test_pool_sums_the_parts_that_exist():
+    from evolving_rl.core.stats import pool
+
+    assert pool([Pooled(2, 10), None, Pooled(3, 5)]) == Pooled(5, 15)
+    assert pool([None, None]) is None
+
+
+def test_fisher_or_none_needs_episodes_on_both_sides():
+    from evolving_rl.core.stats import fisher_or_none
+
+    assert fisher_or_none(Pooled(1, 4), None) is None
+    assert fisher_or_none(Pooled(1, 4), Pooled(0, 0)) is None
+    assert fisher_or_none(Pooled(2, 10), Pooled(3, 5)) == fisher_exact(Pooled(2, 10), Pooled(3, 5))

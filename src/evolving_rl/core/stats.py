@@ -3,13 +3,15 @@
 Owns `fisher_exact` (the p-value of a 2x2 table [[wins_a, losses_a], [wins_b, losses_b]] under
 the hypergeometric null with the margins fixed; two-sided as in R's `fisher.test` and SciPy's
 `fisher_exact`: the summed probability of every table no more likely than the observed one, with a
-relative tolerance of 1e-7 for ties) and `Pooled` (wins out of episodes of one arm). The local
-comparison report uses them for pooled held-out wins over seeds.
+relative tolerance of 1e-7 for ties), `Pooled` (wins out of episodes of one arm), `pool` (the sum of
+several, e.g. over seeds) and `fisher_or_none` (the test where both sides have episodes). The
+local comparison reports and the scaling table use them for pooled held-out wins.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 TIE_TOLERANCE = 1e-7
@@ -47,3 +49,18 @@ def fisher_exact(a: Pooled, b: Pooled) -> float:
     p = sum(q for q in (probability(x) for x in range(low, high + 1))
             if q <= observed * (1 + TIE_TOLERANCE))
     return min(1.0, p)
+
+
+def pool(parts: Iterable[Pooled | None]) -> Pooled | None:
+    """The wins and episodes of the parts that exist, summed (None when none does)."""
+    present = [p for p in parts if p is not None]
+    if not present:
+        return None
+    return Pooled(sum(p.wins for p in present), sum(p.episodes for p in present))
+
+
+def fisher_or_none(a: Pooled | None, b: Pooled | None) -> float | None:
+    """`fisher_exact(a, b)`, or None when a side is missing or has no episode."""
+    if a is None or b is None or not a.episodes or not b.episodes:
+        return None
+    return fisher_exact(a, b)

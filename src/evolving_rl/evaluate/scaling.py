@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evolving_rl.core.stats import Pooled, fisher_exact
+from evolving_rl.core.stats import fisher_or_none
+from evolving_rl.pipeline.eval_report import arm_wins
 
 logger = logging.getLogger(__name__)
 
@@ -46,12 +47,6 @@ class ModelRun:
     model_dir: Path
 
 
-def _pooled(metrics: Mapping[str, float], bucket: str, arm: str) -> Pooled | None:
-    wins = metrics.get(f"eval/{bucket}/{arm}_wins")
-    scored = metrics.get(f"eval/{bucket}/{arm}_scored")
-    return None if wins is None or scored is None else Pooled(int(wins), int(scored))
-
-
 def protocol_cells(results: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, Any]]:
     """protocol -> group -> {wins, episodes, p (vs no_skill), infra} for the arms of the table."""
     out: dict[str, dict[str, Any]] = {}
@@ -63,12 +58,11 @@ def protocol_cells(results: Mapping[str, Mapping[str, float]]) -> dict[str, dict
         arm = "without_skill" if protocol == BASE else "with_skill"
         cells: dict[str, Any] = {"infra_failures": int(metrics.get("eval/infra_failures", 0))}
         for name, bucket in GROUPS:
-            found = _pooled(metrics, bucket, arm)
-            reference = _pooled(base, bucket, "without_skill")
+            found = arm_wins(metrics, bucket, arm)
             if found is None or not found.episodes:
                 continue
-            p = (fisher_exact(found, reference) if protocol != BASE and reference is not None
-                 and reference.episodes else None)
+            p = (fisher_or_none(found, arm_wins(base, bucket, "without_skill"))
+                 if protocol != BASE else None)
             cells[name] = {"wins": found.wins, "episodes": found.episodes, "p": p}
         out[protocol] = cells
     return out

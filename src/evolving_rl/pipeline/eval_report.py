@@ -7,7 +7,8 @@ the latter under the no-skill protocol), the success rate and the environment's 
 (`eval_metrics`, e.g. Mind2Web's standard metrics) per repeat, then their mean and population
 std over the repeats: `eval/<bucket>/<arm>_<metric>_mean|_std`, with the bucket's case count,
 share of cases that obtained a skill, and each arm's wins and scored episodes over all repeats
-(`_wins`, `_scored`: the counts a pooled significance test needs). Episodes that failed for an
+(`_wins`, `_scored`: the counts a pooled significance test needs; `arm_wins` reads them
+back). Episodes that failed for an
 infrastructure reason leave the rates (they are counted in `eval/infra_failures`); cases with a
 skill note are counted per note (`eval/note/<note>`). Records are sorted first, so the result
 does not depend on the order cases finished in.
@@ -20,6 +21,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
+from evolving_rl.core.stats import Pooled
 from evolving_rl.pipeline.eval_records import ARMS, CaseRecord
 
 NO_SKILL = "no_skill"
@@ -90,3 +92,11 @@ def summarize(records: Sequence[CaseRecord], eval_metrics: EnvMetrics,
     out["eval/cases"] = float(len(ordered))
     out["eval/repeats"] = float(len({r.repeat for r in ordered}))
     return out
+
+
+def arm_wins(metrics: Mapping[str, Any], bucket: str, arm: str) -> Pooled | None:
+    """The wins and scored episodes `summarize` recorded for `bucket` and `arm` (None when it
+    recorded none)."""
+    wins = metrics.get(f"eval/{bucket}/{arm}_wins")
+    scored = metrics.get(f"eval/{bucket}/{arm}_scored")
+    return None if wins is None or scored is None else Pooled(int(wins), int(scored))

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evolving_rl.core.stats import Pooled, fisher_exact
+from evolving_rl.core.stats import Pooled, fisher_or_none, pool
+from evolving_rl.pipeline.eval_report import arm_wins
 
 GROUPS = (("all", "all"), ("training types", "group/training_types"),
           ("held-out types", "group/held_out_types"))
@@ -31,24 +32,6 @@ def _after_by_protocol(records: Sequence[Mapping[str, Any]]) -> dict[str, Mappin
             if r.get("kind") == "eval" and r.get("phase") == "after"}
 
 
-def _wins(record: Mapping[str, Any], bucket: str, arm: str) -> Pooled | None:
-    wins = record.get(f"eval/{bucket}/{arm}_wins")
-    scored = record.get(f"eval/{bucket}/{arm}_scored")
-    return None if wins is None or scored is None else Pooled(int(wins), int(scored))
-
-
-def _pooled(found: Sequence[Pooled | None]) -> Pooled | None:
-    present = [p for p in found if p is not None]
-    return (Pooled(sum(p.wins for p in present), sum(p.episodes for p in present))
-            if present else None)
-
-
-def _p(a: Pooled | None, b: Pooled | None) -> float | None:
-    if a is None or b is None or not a.episodes or not b.episodes:
-        return None
-    return fisher_exact(a, b)
-
-
 def protocol_table(records: Records) -> list[dict[str, Any]]:
     """One row per (method, protocol, arm) with data: per group its pooled wins and the two
     tests of the module docstring (None where a side is missing or is the row itself)."""
@@ -57,8 +40,8 @@ def protocol_table(records: Records) -> list[dict[str, Any]]:
     protocols = list(dict.fromkeys(p for by in after.values() for p in by))
 
     def pooled(method: str, protocol: str, bucket: str, arm: str) -> Pooled | None:
-        return _pooled([_wins(by[protocol], bucket, arm) for (m, _), by in after.items()
-                        if m == method and protocol in by])
+        return pool([arm_wins(by[protocol], bucket, arm) for (m, _), by in after.items()
+                     if m == method and protocol in by])
 
     rows = []
     for method in methods:
@@ -73,10 +56,10 @@ def protocol_table(records: Records) -> list[dict[str, Any]]:
                     base = pooled(BASELINE_METHOD, protocol, bucket, ARMS[0])
                     groups[name] = {
                         "wins": found.wins, "episodes": found.episodes,
-                        "p_vs_own_no_skill": None if arm == ARMS[0] else _p(found, own),
+                        "p_vs_own_no_skill": None if arm == ARMS[0] else fisher_or_none(found, own),
                         "p_vs_baseline_no_skill": (None if (method, arm) == (BASELINE_METHOD,
                                                                              ARMS[0])
-                                                   else _p(found, base))}
+                                                   else fisher_or_none(found, base))}
                 if groups:
                     rows.append({"method": method, "protocol": protocol, "arm": arm,
                                  "groups": groups})

@@ -29,7 +29,7 @@ from typing import Any
 
 from matplotlib.patches import Patch
 
-from evolving_rl.core.stats import Pooled, fisher_exact
+from evolving_rl.core.stats import Pooled, fisher_exact, pool
 from evolving_rl.local.experiments.compare_protocols import protocol_table, render_protocol_table
 from evolving_rl.local.metrics import FILE_NAME, read_records
 from evolving_rl.local.plot_style import (
@@ -41,6 +41,7 @@ from evolving_rl.local.plot_style import (
     save,
     step_axis,
 )
+from evolving_rl.pipeline.eval_report import arm_wins
 
 WINDOW = 3
 
@@ -103,15 +104,7 @@ def held_out(records: Sequence[Mapping[str, Any]], phase: str, arm: str) -> floa
 
 def held_out_wins(records: Sequence[Mapping[str, Any]], phase: str, arm: str) -> Pooled | None:
     """Wins and scored episodes of one held-out arm (None when that evaluation is absent)."""
-    record = _eval_record(records, phase)
-    wins, episodes = record.get(f"eval/all/{arm}_wins"), record.get(f"eval/all/{arm}_scored")
-    return None if wins is None or episodes is None else Pooled(int(wins), int(episodes))
-
-
-def pooled(per_run: Sequence[Pooled | None]) -> Pooled | None:
-    found = [p for p in per_run if p is not None]
-    return (Pooled(sum(p.wins for p in found), sum(p.episodes for p in found)) if found
-            else None)
+    return arm_wins(_eval_record(records, phase), "all", arm)
 
 
 BASELINE = ("grpo_baseline", "without_skill")
@@ -121,7 +114,7 @@ def pooled_tests(records: Records) -> list[dict[str, Any]]:
     """Held-out wins after training, pooled over seeds per (method, arm), each tested against
     the baseline's no-skill arm (two-sided Fisher exact; None where the baseline is absent)."""
     methods = dict.fromkeys(m for m, _ in records)
-    wins = {(m, arm): pooled([held_out_wins(recs, "after", arm)
+    wins = {(m, arm): pool([held_out_wins(recs, "after", arm)
                               for (mm, _), recs in records.items() if mm == m])
             for m in methods for arm in ARMS}
     base = wins.get(BASELINE)
