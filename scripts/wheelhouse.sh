@@ -20,8 +20,8 @@
 # Each sdist is built once: the alfworld extra's (ALFWORLD_SDISTS) before the resolution, which
 # then reads the built wheels' metadata instead of building each sdist for it (the setup.py of
 # fast-downward-textworld compiles on every run). An sdist the resolver still picks is built for
-# its metadata and again for the wheelhouse, said in the progress. Measured: README.md's Offline
-# install paragraph.
+# its metadata and again for the wheelhouse, said in the progress. Measured: docs/results/
+# 2026-12-02-offline-install.md.
 # DEST gets the wheels and requirements.txt (name==version of each, a header naming the inputs).
 # Same inputs (pyproject, pins, this script, options) as DEST's manifest: nothing to do. The
 # project's wheel is of src/ at build time: a change there alone rebuilds nothing (remove DEST).

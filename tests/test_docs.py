@@ -7,11 +7,11 @@ README.md. The file must exist, and a cited section must be a heading of that fi
 same doc. The old private note (upper-case DESIGN, with or without ".md") must not be cited
 anywhere: the repository describes itself in docs/design.md.
 
-The README's "## Files" tree has one line per file: each line is an entry (its name, then what it
-is), indented 2 spaces per level under the folder entry above it (a name ending in "/"). Every
-file under `TREE_ROOTS` (a package's `__init__.py` and `__pycache__` aside; the folders of
-`SUMMARISED` are one line each) has its own entry, every entry exists, and every file's says
-what the file is.
+The files map's "## Files" tree (docs/files.md, which the README links) has one line per file: each
+line is an entry (its name, then what it is), indented 2 spaces per level under the folder entry
+above it (a name ending in "/"). Every file under `TREE_ROOTS` (a package's `__init__.py` and
+`__pycache__` aside; the folders of `SUMMARISED` are one line each) has its own entry, every entry
+exists, and every file's says what the file is.
 
 The design's layer table (docs/design.md §1, rows "| layer | `unit` | owns |") names the code's
 units: every package and module directly under `src/evolving_rl`, and `env/`, is the unit of a
@@ -37,6 +37,8 @@ PRIVATE_NOTE = re.compile(r"\bDESIGN\b")
 TREE_ROOTS = (".ci", "benchmarks", "configs", "docs", "env", "scripts", "src/evolving_rl",
               "pyproject.toml")
 SUMMARISED = ("docs/figures/", "docs/results/", "tests/", "slime/", "data/", "models/")
+FILES_MAP = "docs/files.md"  # the "## Files" tree
+README_MAX_LINES = 300
 RESULT_LINK = re.compile(r"docs/results/([\w.-]+\.md)")
 LAYER_ROW = re.compile(r"^\|\s*\d+\s*\|\s*`([^`]+)`\s*\|(.*)\|\s*$", re.MULTILINE)
 ENUMERATED_UNITS = ("domains/", "env/")  # rows that name every module and package inside them
@@ -104,7 +106,7 @@ def test_no_citation_of_the_private_design_notes() -> None:
 
 
 def readme_tree(readme: str) -> dict[str, str]:
-    """Entry path -> its text, from the README's Files block (folders end in "/")."""
+    """Entry path -> its text, from the files map's Files block (folders end in "/")."""
     block = readme.split("## Files", 1)[1].split("```")[1]
     entries: dict[str, str] = {}
     folders: list[str] = []
@@ -144,8 +146,18 @@ def readme_tree_problems(readme: str, root: Path = ROOT) -> list[str]:
 
 
 def test_readme_tree_has_a_line_for_every_file() -> None:
-    problems = readme_tree_problems((ROOT / "README.md").read_text(encoding="utf-8"))
-    assert not problems, "README Files tree:\n" + "\n".join(problems)
+    problems = readme_tree_problems((ROOT / FILES_MAP).read_text(encoding="utf-8"))
+    assert not problems, f"{FILES_MAP} Files tree:\n" + "\n".join(problems)
+
+
+def test_the_readme_links_the_files_map() -> None:
+    assert f"]({FILES_MAP})" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_readme_is_a_guide_of_at_most_300_lines() -> None:
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, (
+        f"README.md has {len(lines)} lines; move measurements to docs/results/ and detail to docs/")
 
 
 def test_the_readme_tree_check_catches_missing_stale_and_silent_lines(tmp_path) -> None:

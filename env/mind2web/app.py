@@ -1,10 +1,10 @@
 """Flask app factory of the Mind2Web env server: `/reset`, `/step`, `/close`, `/health`.
 
-Owns the HTTP surface and the request validation of the wire contract (README "Servers"): every
-client mistake is a 4xx JSON `{"error", "message", "field"}` naming the offending field (a body
-that is not a JSON object, a wrong type, an unknown op, a malformed ref, an oversized body), an
-unknown episode is 404, stepping a finished episode 409, a full server 503 + Retry-After. A
-well-formed ref that names no element is not a client mistake: it is a wrong action.
+Owns the HTTP surface and the request validation of the wire contract (docs/reference.md
+"Servers"): every client mistake is a 4xx JSON `{"error", "message", "field"}` naming the offending
+field (a body that is not a JSON object, a wrong type, an unknown op, a malformed ref, an oversized
+body), an unknown episode is 404, stepping a finished episode 409, a full server 503 + Retry-After.
+A well-formed ref that names no element is not a client mistake: it is a wrong action.
 """
 
 from __future__ import annotations

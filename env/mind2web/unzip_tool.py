@@ -1,7 +1,7 @@
 """Decrypting a ZipCrypto archive with the compiled `unzip` binary (Info-ZIP), when installed.
 
 Owns `unzip_available` and `unzip_members`. Python's `zipfile` decrypts ZipCrypto byte by byte
-in Python; `unzip` does it in C (the two timed in README "Mind2Web data").
+in Python; `unzip` does it in C (the two timed in docs/results/2026-12-02-mind2web-server.md).
 The password never appears on a command line or in an environment: `unzip` reads it from its
 controlling terminal, a pseudo-terminal this process holds (`setsid --ctty` makes it the child's),
 and it is written there only once `unzip` has turned echo off after its prompt. A second prompt

