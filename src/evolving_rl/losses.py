@@ -29,6 +29,12 @@ LOG_RATIO_CAP = 20.0  # exp(20) - 21 > KL_CLAMP: the cap changes no value (low_v
 Coefficient = torch.Tensor | float
 
 
+def _wide(tensor: torch.Tensor) -> torch.Tensor:
+    """float32 (what both backends compute the objective in), or float64 kept as float64 (the
+    finite-difference tests)."""
+    return tensor if tensor.dtype == torch.float64 else tensor.float()
+
+
 @dataclass(frozen=True)
 class TokenLoss:
     """Per-token terms of the objective, all shaped like the log-probs."""
@@ -50,7 +56,7 @@ def low_var_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Te
     `LOG_RATIO_CAP`, above which the clamp holds the value at 10 anyway: without the cap a ratio
     over ~88 overflows exp to inf in float32, and the clamp's zero gradient times that inf makes
     the whole step's gradient NaN."""
-    log_ratio = (ref_log_probs.float() - log_probs.float()).clamp(max=LOG_RATIO_CAP)
+    log_ratio = (_wide(ref_log_probs) - _wide(log_probs)).clamp(max=LOG_RATIO_CAP)
     kl = log_ratio.exp() - 1.0 - log_ratio
     return kl.clamp(min=-KL_CLAMP, max=KL_CLAMP)
 
@@ -63,10 +69,10 @@ def distill_advantages(advantages: torch.Tensor, old_log_probs: torch.Tensor,
     old) per token, and the sampled reverse KL old - teacher. A token with coefficient 0 keeps
     its advantage and reports no KL (its teacher value is never read, it may be anything finite).
     """
-    coef = torch.as_tensor(distill_coef, dtype=torch.float32, device=advantages.device)
+    coef = torch.as_tensor(distill_coef, device=advantages.device)
     on = coef != 0
-    reverse_kl = torch.where(on, old_log_probs.float() - teacher_log_probs.float(),
-                             torch.zeros_like(advantages, dtype=torch.float32))
+    reverse_kl = torch.where(on, _wide(old_log_probs) - _wide(teacher_log_probs),
+                             torch.zeros_like(_wide(advantages)))
     return advantages - coef * reverse_kl, reverse_kl
 
 
@@ -75,7 +81,7 @@ def ppo_clip(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: t
     """PPO-clip surrogate per token with asymmetric bounds: (loss, clipped indicator, ratio)."""
     if not (0.0 < eps_low < 1.0 and eps_high > 0.0):
         raise ValueError(f"need 0 < eps_low < 1 and eps_high > 0, got {eps_low}, {eps_high}")
-    ratio = (log_probs.float() - old_log_probs.float()).exp()
+    ratio = (_wide(log_probs) - _wide(old_log_probs)).exp()
     unclipped = -ratio * advantages
     clipped = -ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantages
     return torch.maximum(unclipped, clipped), (clipped > unclipped).float(), ratio
