@@ -32,18 +32,18 @@ def _students(outcome):
     return [s for s in outcome.samples if s.metadata.get("student")]
 
 
-def test_students_are_scored_with_every_usable_card(tmp_path):
+def test_students_are_scored_with_every_skill_the_solver_reads(tmp_path):
     policy = ScriptedPolicy(TOK, skill_responder(OUTPUTS))
     ctx = fake_context(tmp_path, small_config(skill_use="teacher"), policy=policy)
     outcome = _rollout(ctx)
-    cfg = ctx.cfg.pipeline  # N=3 (two usable cards), K=2, R=2
+    cfg = ctx.cfg.pipeline  # N=3 (two cards, one skill played as written), K=2, R=2
     students = _students(outcome)
     assert len(students) == 2 * cfg.top_k * cfg.n_repeats
-    assert policy.score_calls == len(students) * 2
+    assert policy.score_calls == len(students) * 3
     for sample in students:
-        assert sample.role is Role.SOLVER and sample.metadata["teacher_skills"] == [0, 1]
-        # both cards hold "Skill": the scripted teacher adds 0.05 to every sampled log-prob
-        expected = [(token_log_prob(t) + 0.05) if m else 0.0
+        assert sample.role is Role.SOLVER and sample.metadata["teacher_skills"] == [0, 1, 2]
+        # two cards hold "Skill" (+0.05), the text as written does not (+0): the mean teacher
+        expected = [(token_log_prob(t) + 0.1 / 3) if m else 0.0
                     for t, m in zip(sample.response_ids, sample.loss_mask, strict=True)]
         assert sample.teacher_log_probs == pytest.approx(expected)
     for position in range(2):
@@ -54,9 +54,9 @@ def test_students_are_scored_with_every_usable_card(tmp_path):
             assert len(members) == 3 * cfg.n_repeats + cfg.n_repeats
     metrics = outcome.metrics
     assert metrics["teacher/students"] == len(students)
-    assert metrics["teacher/score_calls"] == 2 * len(students)
+    assert metrics["teacher/score_calls"] == 3 * len(students)
     assert metrics["teacher/score_failures"] == 0.0
-    assert metrics["teacher/mean_log_ratio"] == pytest.approx(0.05)
+    assert metrics["teacher/mean_log_ratio"] == pytest.approx(0.1 / 3)
     skill_samples = [s for s in outcome.samples
                      if s.role is Role.SOLVER and not s.metadata.get("student")]
     assert all(s.teacher_log_probs is None for s in skill_samples)
@@ -68,6 +68,13 @@ def test_context_plays_no_student_and_scores_nothing(tmp_path):
     assert policy.score_calls == 0 and not _students(outcome)
     assert all(s.teacher_log_probs is None for s in outcome.samples)
     assert not any(name.startswith("teacher/") for name in outcome.metrics)
+
+
+def test_skip_scores_only_the_usable_cards(tmp_path):
+    policy = ScriptedPolicy(TOK, skill_responder(OUTPUTS))
+    cfg = small_config(skill_use="teacher", unusable_skills="skip")
+    outcome = _rollout(fake_context(tmp_path, cfg, policy=policy), n_rows=1)
+    assert all(s.metadata["teacher_skills"] == [0, 1] for s in _students(outcome))
 
 
 def _wins_on_even_tasks(prompt: str) -> str:

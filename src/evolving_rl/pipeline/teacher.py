@@ -1,8 +1,9 @@
 """The teacher switch's part of a rollout (`pipeline.skill_use: teacher`, docs/design.md §4.6).
 
 Owns `play_students` (for every retrieved task of a source task, R no-skill student episodes,
-then each student's response scored with every usable card in its prompt: one `score` call of
-the policy per card, no sampling), `attach_teacher` (a student's solver samples get the mean
+then each student's response scored with every candidate skill in its prompt as the skill-
+conditioned solver reads it (`Extraction.solver_text`, `pipeline.unusable_skills`): one `score`
+call of the policy per skill, no sampling), `attach_teacher` (a student's solver samples get the mean
 teacher of `core.teaching`; `assembly` puts them in the solver group of their task),
 `teach_evidence` (what each skill
 teaches: the extractor's reward under `pipeline.extractor_reward: teach`) and `teacher_metrics`.
@@ -70,13 +71,15 @@ async def _teach(ctx: PipelineContext, clock: IOClock, student: Student,
 
 async def play_students(ctx: PipelineContext, clock: IOClock, unit: SourceUnit, repeats: int,
                         sampling: SamplingParams) -> list[Student]:
-    """R no-skill episodes per retrieved task, each scored with every usable card."""
+    """R no-skill episodes per retrieved task, each scored with every skill the solver reads."""
     plan = [(rank, repeat) for rank in range(len(unit.retrieved)) for repeat in range(repeats)]
     results = await asyncio.gather(*(play(ctx, clock, unit.retrieved[rank], None, sampling)
                                      for rank, _ in plan))
     students = [Student(rank, repeat, result)
                 for (rank, repeat), result in zip(plan, results, strict=True)]
-    cards = {e.index: e.card for e in unit.extractions if e.usable and e.card is not None}
+    mode = ctx.cfg.pipeline.unusable_skills
+    cards = {e.index: text for e in unit.extractions
+             if (text := e.solver_text(mode)) is not None}
     if cards:
         await asyncio.gather(*(_teach(ctx, clock, s, cards, sampling.temperature)
                                for s in students))
