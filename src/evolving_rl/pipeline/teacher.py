@@ -3,10 +3,10 @@
 Owns `play_students` (for every retrieved task of a source task, R no-skill student episodes,
 then each student's response scored with every candidate skill in its prompt as the skill-
 conditioned solver reads it (`Extraction.solver_text`, `pipeline.unusable_skills`): one `score`
-call of the policy per skill, no sampling), `attach_teacher` (a student's solver samples get the mean
-teacher of `core.teaching`; `assembly` puts them in the solver group of their task),
-`teach_evidence` (what each skill
-teaches: the extractor's reward under `pipeline.extractor_reward: teach`) and `teacher_metrics`.
+call of the policy per skill, no sampling), `attach_teacher` (a student's solver samples get the
+mean teacher of `core.teaching`; `assembly` puts them in the solver group of their task),
+`teach_evidence` (what each skill teaches: the extractor's reward under
+`pipeline.extractor_reward: teach`) and `teacher_metrics`.
 A student is scored only when it is trainable and generated something; a failed `score` call is
 counted and leaves that card out of the student's teacher.
 """
