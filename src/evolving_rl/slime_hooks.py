@@ -25,7 +25,7 @@ the batch as one group. The rollout function receives the whole batch of source 
 four stages with the pipeline's own concurrency bounds, computes rewards and advantages over our
 explicit groups, and returns one list per group (depth two, which slime accepts without
 `rollout_id`). The convert hook then owns the train data: advantages as they are, each sample's
-role for the loss, and one optimiser step per rollout.
+role (and a student's teacher) for the loss, and one optimiser step per rollout.
 
 Evaluation (`evaluation=True`) runs the pipeline's eval protocol on each `--eval-prompt-data`
 dataset. Its per-dataset data lists are empty (the protocol reports metrics, not trainable
@@ -98,7 +98,8 @@ def post_process_rewards(args: Namespace, samples: list[Any]) -> tuple[list[floa
 
 
 def convert_samples_to_train_data(args: Namespace, samples: list[Any]) -> dict[str, Any]:
-    """slime train data carrying each sample's role to the loss (see `slime_bridge.train_data`)."""
+    """slime train data carrying each token's role and teacher to the loss (see
+    `slime_bridge.train_data`)."""
     return train_data.convert_samples_to_train_data(samples, args.global_batch_size,
                                                     getattr(args, "rollout_top_p", 1.0))
 
@@ -135,7 +136,8 @@ def _emit(args: Namespace, metrics: dict[str, Any], rollout_id: int, step_key: s
 
 def policy_loss(args: Namespace, batch: dict[str, Any], logits: Any,
                 sum_of_sample_mean: Any) -> tuple[Any, dict[str, Any]]:
-    """PPO-clip with per-role KL and entropy coefficients (see `slime_bridge.loss`)."""
+    """PPO-clip with per-role KL and entropy coefficients, distilling student tokens (see
+    `slime_bridge.loss`)."""
     config = load_run_config(args)
     check_slime_args(args, config)
     return custom_policy_loss(args, batch, logits, sum_of_sample_mean, config)

@@ -1,8 +1,13 @@
-"""The HTTP clients against local servers: SGLang wire format, aborts, timeouts, retry rules."""
+"""The HTTP clients against local servers: SGLang wire format, aborts, timeouts, retry rules, and
+scoring (`SGLangPolicyClient.score`) against the fake SGLang, which answers as SGLang
+v0.5.15.post1 does (the offsets are cited in src/evolving_rl/clients/policy.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import math
+from collections.abc import Coroutine
+from typing import Any
 
 import pytest
 from aiohttp import ClientSession, web
@@ -15,16 +20,18 @@ from evolving_rl.clients.policy import (
     PolicyError,
     SamplingParams,
     SGLangPolicyClient,
+    parse_scored_log_probs,
     parse_sglang_response,
 )
 from evolving_rl.clients.retrieval import RetrievalClient, SearchQuery
 from evolving_rl.config.schema import ClientConfig
 from tests.fakes.scripted import token_log_prob
-from tests.fakes.sglang_server import FakeSGLang
+from tests.fakes.sglang_server import FakeSGLang, prefix_log_prob
 
 CFG = ClientConfig(policy_timeout_s=5, env_timeout_s=2, retrieval_timeout_s=2, max_retries=2,
                    retry_backoff_s=0.01, pool_size=4)
 SAMPLING = SamplingParams(1.0, 1.0, -1, 256, ("</action>",))
+PROMPT, RESPONSE = list(b"You see a desk.\n"), list(b"<action>go to desk 1</action>")
 
 
 async def _with_fake(fn, **fake_args):
@@ -57,7 +64,12 @@ def test_generate_sends_ids_and_reads_ids_log_probs_and_finish_reason():
 
 async def _cancel_a_held_generation(client: SGLangPolicyClient, worker: FakeSGLang) -> None:
     """Start a generation the worker holds, then cancel it (an episode aborted)."""
-    task = asyncio.ensure_future(client.generate([1, 2, 3], SAMPLING))
+    await _cancel_held(client.generate([1, 2, 3], SAMPLING), worker)
+
+
+async def _cancel_held(request: Coroutine[Any, Any, Any], worker: FakeSGLang) -> None:
+    """Start `request`, which the worker holds, then cancel it."""
+    task = asyncio.ensure_future(request)
     while not worker.requests:
         await asyncio.sleep(0.01)
     task.cancel()
@@ -223,3 +235,97 @@ def test_503_at_capacity_is_retried_even_for_step():
         assert server.hits == {"/step": 1 + CFG.max_retries}
 
     asyncio.run(run())
+
+
+def test_score_sends_one_prefill_and_reads_the_log_probs_of_the_scored_ids():
+    async def run(fake, client):
+        ids = PROMPT + RESPONSE
+        scored = await client.score(ids, len(PROMPT))
+        body = fake.requests[0]
+        assert body["input_ids"] == ids and body["return_logprob"] is True and body["rid"]
+        assert body["sampling_params"] == {"max_new_tokens": 0, "temperature": 1.0}
+        assert body["logprob_start_len"] == len(PROMPT) - 1
+        assert scored == [prefix_log_prob(ids, p) for p in range(len(PROMPT), len(ids))]
+        # the same ids after another context score differently: the context is what is scored
+        other = list(b"You see a desk and a lamp.\n") + RESPONSE
+        assert await client.score(other, len(other) - len(RESPONSE)) != scored
+        # one id after a one-id context: the smallest request (logprob_start_len 0)
+        assert await client.score(ids[:2], 1) == [prefix_log_prob(ids, 1)]
+
+    asyncio.run(_with_fake(run))
+
+
+def test_the_fake_answers_logprob_start_len_as_sglang_does():
+    """One entry per position from logprob_start_len, the first logprob null; beyond the input a
+    400 with SGLang's error body; without logprob_start_len no input entry."""
+    async def run(fake, client):
+        ids = PROMPT[:5]
+        async with ClientSession() as session:
+            async def post(**extra):
+                body = {"rid": "r", "input_ids": ids, "return_logprob": True,
+                        "sampling_params": {"max_new_tokens": 0}, **extra}
+                async with session.post(f"{fake.url}/generate", json=body) as answer:
+                    return answer.status, await answer.json()
+
+            status, data = await post(logprob_start_len=0)
+            entries = data["meta_info"]["input_token_logprobs"]
+            assert status == 200 and [e[1] for e in entries] == ids and entries[0][0] is None
+            assert [e[0] for e in entries[1:]] == [prefix_log_prob(ids, p) for p in range(1, 5)]
+            assert data["meta_info"]["finish_reason"] == {"type": "length", "length": 0}
+            assert data["meta_info"]["output_token_logprobs"] == []
+            status, data = await post()
+            assert status == 200 and data["meta_info"]["input_token_logprobs"] == []
+            status, data = await post(logprob_start_len=6)
+            assert status == 400 and "logprob_start_len" in data["error"]["message"]
+
+    asyncio.run(_with_fake(run))
+
+
+def test_score_refuses_a_start_without_log_probs_and_a_temperature_sglang_ignores():
+    async def run(fake, client):
+        for start in (0, len(PROMPT)):
+            with pytest.raises(ValueError, match="start"):
+                await client.score(PROMPT, start)
+        with pytest.raises(ValueError, match="unscaled logits"):
+            await client.score(PROMPT, 3, temperature=0.7)
+        assert fake.requests == []
+
+    asyncio.run(_with_fake(run))
+
+
+@pytest.mark.parametrize("scorer, match", [
+    (lambda ids, p: math.nan, "finite"),
+    (lambda ids, p: math.inf if p == 17 else -1.0, "position 1"),
+])
+def test_score_refuses_non_finite_log_probs_over_http(scorer, match):
+    async def run(fake, client):
+        with pytest.raises(PolicyError, match=match):
+            await client.score(PROMPT + RESPONSE, len(PROMPT))
+
+    asyncio.run(_with_fake(run, scorer=scorer))
+
+
+@pytest.mark.parametrize("answer, match", [
+    ({"text": ""}, "no meta_info.input_token_logprobs"),
+    ({"meta_info": {"input_token_logprobs": [[-1.0, 5, None]]}}, "scored 1 input tokens, 2"),
+    ({"meta_info": {"input_token_logprobs": [[None, 4, None], [-1.0, 5, None]]}}, "finite"),
+    ({"meta_info": {"input_token_logprobs": [[-1.0, 4], ["x", 5]]}}, "finite"),
+    ({"meta_info": {"input_token_logprobs": [[-1.0, 4], 5]}}, "malformed"),
+])
+def test_unusable_scoring_answers_are_policy_errors(answer, match):
+    with pytest.raises(PolicyError, match=match):
+        parse_scored_log_probs(answer, 2)
+
+
+def test_the_tail_is_read_whatever_sglang_puts_before_it():
+    answer = {"meta_info": {"input_token_logprobs": [[None, 1, None], [-0.5, 2, None],
+                                                     [-0.25, 3, None]]}}
+    assert parse_scored_log_probs(answer, 2) == [-0.5, -0.25]
+
+
+def test_cancelling_a_score_aborts_its_request_on_the_server():
+    async def run(fake, client):
+        await _cancel_held(client.score(PROMPT + RESPONSE, len(PROMPT)), fake)
+        assert fake.aborted == [fake.requests[0]["rid"]]
+
+    asyncio.run(_with_fake(run, hold=True))

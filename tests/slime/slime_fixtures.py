@@ -20,6 +20,7 @@ default config; `launch_text` is a script with the shared launch it sources
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 import os
@@ -236,6 +237,33 @@ def realistic_samples() -> list[TrainSample]:
             for r, a in zip(solver_rewards, grpo(solver_rewards, 1.0), strict=True)]
     out += [solver_sample("src0/task9/solver", 0.0, 0.0, "pick_cool_then_place_in_recep",
                           SampleStatus.TRUNCATED) for _ in range(2)]
+    return out
+
+
+STUDENT_TEACHER = ([-0.4, -0.2, -0.9, -1.0, -0.3], [-0.1, -0.7, -12.5, 0.0])  # per action turn
+
+
+def student_sample(group_id: str, reward: float, advantage: float, task_type: str,
+                   shift: float = 0.0) -> TrainSample:
+    """A no-skill student episode (`pipeline.skill_use: teacher`): a solver episode with its
+    teacher's log-prob on every trained token (shifted by `shift`, kept <= 0), 0.0 elsewhere."""
+    turn1, turn2 = ([min(v + shift, 0.0) for v in turn] for turn in STUDENT_TEACHER)
+    sample = solver_sample(group_id, reward, advantage, task_type)
+    return dataclasses.replace(sample, teacher_log_probs=turn1 + [0.0] * 5 + turn2,
+                               metadata={**sample.metadata, "student": True})
+
+
+def teacher_samples() -> list[TrainSample]:
+    """`realistic_samples` under the teacher switch: the first solver group also holds two
+    students, GRPO over all five."""
+    rewards = [1.0, 0.0, 1.0, 0.0, 1.0]
+    advantages = grpo(rewards, 1.0)
+    task = "pick_heat_then_place_in_recep"
+    out = [s for s in realistic_samples() if s.group_id != "src0/task7/solver"]
+    out[3:3] = [solver_sample("src0/task7/solver", r, a, task)
+                for r, a in zip(rewards[:3], advantages[:3], strict=True)]
+    out[6:6] = [student_sample("src0/task7/solver", r, a, task, shift=-0.2 * i)
+                for i, (r, a) in enumerate(zip(rewards[3:], advantages[3:], strict=True))]
     return out
 
 

@@ -3,9 +3,10 @@
 Owns `SamplingParams`, `Generation` and the `PolicyClient` protocol the episode loop calls,
 plus `SGLangPolicyClient`, which posts token ids to SGLang's `/generate` with
 `return_logprob: true` and reads the sampled ids and log-probs back from
-`meta_info.output_token_logprobs` ([logprob, token id, text] per token). Nothing is ever
-re-tokenised. Every request carries its own `rid`; when the calling task is cancelled (an episode
-aborted) or times out, the client aborts that `rid` on SGLang so it stops generating for nobody.
+`meta_info.output_token_logprobs` ([logprob, token id, text] per token), and scores given ids
+without sampling (`score`, "Scoring" below). Nothing is ever re-tokenised. Every request carries
+its own `rid`; when the calling task is cancelled (an episode aborted) or times out, the client
+aborts that `rid` on SGLang so it stops generating for nobody.
 Through a router it aborts as slime does (slime/rollout/sglang_rollout.py:346-349, then
 slime/backends/sglang_utils/server_control.py:32-34): it lists the router's workers
 (`GET /workers` -> `{"workers": [{"url": ...}]}`) and posts `/abort_request` to each worker, since
@@ -22,6 +23,22 @@ of every sampled token: `meta_info.top_p_token_ids` / `top_p_token_offsets` (or 
 slime/utils/types.py:9-36 and slime/utils/misc.py:13-35 read them). It lands in
 `Generation.nucleus`. Without replay nothing slime-specific is sent, and a nucleus in an answer is
 still read (and validated) when present.
+
+Scoring (`score`, the teacher of docs/design.md §4.6): one prefill, as slime's own on-policy
+distillation asks its teacher (slime/rollout/on_policy_distillation.py:10-20): `/generate` with
+`max_new_tokens: 0`, `return_logprob: true` and `logprob_start_len` = start - 1, its own rid
+(aborted like a generation's). SGLang v0.5.15.post1 (the pin's, python/sglang/srt/...):
+`meta_info.input_token_logprobs` has one [logprob, id, text] entry per input position from
+`logprob_start_len` on (managers/scheduler_components/logprob_result_processor.py:49, length
+checked at :246-248), the value of position p being log P(id_p | ids before p), except the first
+entry's, which is None: SGLang computes from position `logprob_start_len` the log-prob of the
+*next* id and shifts by one (`[None] + values[:-1]`, :37). So start - 1 gives exactly the
+entries of positions start..len-1 after that None, and the client takes the tail of that length,
+as slime's reader does (on_policy_distillation.py:49-56). The prefix cache cannot swallow those
+positions (managers/schedule_batch.py:1228-1232); a `logprob_start_len` beyond the input is a
+400 (managers/scheduler.py:2241-2246, entrypoints/http_server.py:833-835). The values are
+log_softmax of the *unscaled* logits (layers/logits_processor.py:710-711): `temperature` in the
+sampling params does not apply to them, so `score` accepts only temperature 1.
 """
 
 from __future__ import annotations
@@ -30,6 +47,7 @@ import asyncio
 import base64
 import binascii
 import logging
+import math
 import uuid
 from array import array
 from dataclasses import dataclass, replace
@@ -201,6 +219,32 @@ def parse_sglang_response(data: dict[str, Any], nucleus_required: bool = False) 
     return Generation(token_ids, log_probs, reason, nucleus)
 
 
+def parse_scored_log_probs(data: dict[str, Any], n_tokens: int) -> list[float]:
+    """The last `n_tokens` values of a scoring answer's `meta_info.input_token_logprobs`, as
+    slime's OPD reader takes the tail (slime/rollout/on_policy_distillation.py:49-56); each one
+    a finite float, else `PolicyError`."""
+    meta = data.get("meta_info")
+    entries = meta.get("input_token_logprobs") if isinstance(meta, dict) else None
+    if not isinstance(entries, list):
+        raise PolicyError("SGLang scoring answer has no meta_info.input_token_logprobs "
+                          "(return_logprob off, or not an SGLang /generate answer?)")
+    if len(entries) < n_tokens:
+        raise PolicyError(f"SGLang scored {len(entries)} input tokens, {n_tokens} asked for "
+                          "(logprob_start_len ignored?)")
+    tail = entries[len(entries) - n_tokens:]
+    try:
+        values = [entry[0] for entry in tail]
+    except (TypeError, IndexError, KeyError) as error:
+        raise PolicyError(f"malformed input_token_logprobs: {error}") from None
+    bad = [i for i, v in enumerate(values) if isinstance(v, bool)
+           or not isinstance(v, (int, float)) or not math.isfinite(v)]
+    if bad:
+        raise PolicyError(f"SGLang scored {len(bad)} of {n_tokens} tokens without a finite "
+                          f"log-prob (first: position {bad[0]} of the scored tail, "
+                          f"{values[bad[0]]!r})")
+    return [float(v) for v in values]
+
+
 class SGLangPolicyClient:
     """`PolicyClient` over SGLang's native `/generate` (directly or through its router);
     `top_p_replay` asks for the nucleus of every top-p < 1 generation (module docstring)."""
@@ -223,14 +267,35 @@ class SGLangPolicyClient:
         await self._session.close()
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
-        rid = uuid.uuid4().hex
         replay = self._top_p_replay and sampling.top_p < 1.0
-        body = {"rid": rid, "input_ids": list(prompt_ids),
-                "sampling_params": sampling.to_sglang(return_nucleus=replay),
-                "return_logprob": True}
+        data = await self._post_generate({
+            "input_ids": list(prompt_ids),
+            "sampling_params": sampling.to_sglang(return_nucleus=replay),
+            "return_logprob": True})
+        return parse_sglang_response(data, nucleus_required=replay)
+
+    async def score(self, token_ids: list[int], start: int,
+                    temperature: float = 1.0) -> list[float]:
+        """Log-probs of `token_ids[start:]` by one prefill (module docstring, "Scoring");
+        `ValueError` for a `start` outside [1, len) or a temperature SGLang cannot apply."""
+        if not 1 <= start < len(token_ids):
+            raise ValueError(f"score: start {start} outside [1, {len(token_ids)}): the first "
+                             "token has no log-prob and at least one token must be scored")
+        if temperature != 1.0:
+            raise ValueError(f"score: temperature {temperature}: SGLang's input-token log-probs "
+                             "are those of the unscaled logits (see the module docstring)")
+        data = await self._post_generate({
+            "input_ids": list(token_ids),
+            "sampling_params": {"max_new_tokens": 0, "temperature": temperature},
+            "return_logprob": True, "logprob_start_len": start - 1})
+        return parse_scored_log_probs(data, len(token_ids) - start)
+
+    async def _post_generate(self, body: dict[str, Any]) -> dict[str, Any]:
+        """POST `body` with its own rid to `/generate`; the rid is aborted on cancel or timeout."""
+        rid = uuid.uuid4().hex
         try:
-            data = await post_json(self._session, f"{self._base_url}/generate", body,
-                                   retry=Retry.CONNECT, policy=self._retry,
+            return await post_json(self._session, f"{self._base_url}/generate",
+                                   {"rid": rid, **body}, retry=Retry.CONNECT, policy=self._retry,
                                    timeout_s=self._cfg.policy_timeout_s)
         except asyncio.CancelledError:
             await asyncio.shield(self._abort(rid))
@@ -240,7 +305,6 @@ class SGLangPolicyClient:
                     error.__cause__, asyncio.TimeoutError):
                 await asyncio.shield(self._abort(rid))
             raise PolicyError(str(error)) from error
-        return parse_sglang_response(data, nucleus_required=replay)
 
     async def _abort(self, rid: str) -> None:
         """Ask the server(s) to stop request `rid`; best effort: I/O failures are only logged."""

@@ -6,6 +6,9 @@ Owns the mapping onto slime's `Sample` (pinned commit 624b824a):
   - `rollout_top_p_token_ids` / `rollout_top_p_token_offsets` = the response-aligned nucleus as
     int lists (slime/utils/types.py:122-125; empty spans on observation tokens), None without
     top-p replay;
+  - `teacher_log_probs` (slime's own field for on-policy distillation, slime/utils/types.py:128)
+    = a student's teacher log-probs under `pipeline.skill_use: teacher` (one per response token),
+    None otherwise; `train_data` checks and encodes them into the loss's channel;
   - `reward` = the raw reward; `status` COMPLETED or TRUNCATED (failed samples never get here);
   - `group_index` = position of the sample's GRPO group in this rollout, `index` = running index;
   - `metadata` = the pipeline's metadata plus our `SampleTag` under `TAG_KEY` (role, explicit group
@@ -68,13 +71,14 @@ def to_slime_sample(sample: TrainSample, sample_cls: type, *, index: int, group_
                     advantage=float(sample.advantage), status=sample.status)
     status = sample_cls.Status.TRUNCATED if sample.status is SampleStatus.TRUNCATED \
         else sample_cls.Status.COMPLETED
-    nucleus = sample.nucleus
+    nucleus, teacher = sample.nucleus, sample.teacher_log_probs
     return sample_cls(
         group_index=group_index, index=index, tokens=list(sample.tokens),
         response_length=sample.response_length, reward=float(sample.reward),
         loss_mask=list(sample.loss_mask), rollout_log_probs=list(sample.log_probs),
         rollout_top_p_token_ids=list(nucleus.token_ids) if nucleus else None,
         rollout_top_p_token_offsets=list(nucleus.offsets) if nucleus else None,
+        teacher_log_probs=list(teacher) if teacher is not None else None,
         status=status, metadata={**sample.metadata, TAG_KEY: tag.to_dict()})
 
 

@@ -94,7 +94,10 @@ def _expected_args(config: Config) -> list[tuple[str, object, str]]:
         ("loss_type", "custom_loss", "our loss carries per-role coefficients"),
         ("advantage_estimator", "grpo", "advantages must be our GRPO advantages, unchanged"),
         ("normalize_advantages", False, "slime would re-whiten our group advantages"),
-        ("use_opd", False, "teacher_log_probs carries our role channel"),
+        ("use_opd", False,
+         "teacher_log_probs carries our role channel (role codes and student teachers "
+         "encoded); slime's OPD would read those codes as teacher log-probs and shift every "
+         "advantage by them. Our loss distils student tokens itself (loss.distill_coef)"),
         ("kl_coef", 0.0, "KL belongs in the loss (--use-kl-loss), not in the reward"),
         ("kl_loss_type", "low_var_kl", "our loss uses the low-variance (k3) estimator"),
         ("use_kl_loss", needs_ref, "reference log-probs exist only with --use-kl-loss"),

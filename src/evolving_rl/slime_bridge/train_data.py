@@ -1,4 +1,4 @@
-"""slime train data from our samples, carrying each sample's role to the loss.
+"""slime train data from our samples, carrying each token's role (and teacher) to the loss.
 
 Owns the custom convert-samples-to-train-data step (slime's RolloutManager calls it instead of its
 own conversion, pinned commit 624b824a). Two facts of slime's data path shape it:
@@ -16,7 +16,13 @@ own conversion, pinned commit 624b824a). Two facts of slime's data path shape it
    tensorised, context-parallel sliced like the log-probs (actor `_get_rollout_data`) and handed
    to the loss as `batch["teacher_log_probs"]`. We put the role code there (`ROLE_CODES`, one value
    per response token); the loss maps it to the role's KL and entropy coefficients from our
-   config. (slime also logs its masked mean as `rollout/teacher_log_probs`: the extractor share.)
+   config. Under `pipeline.skill_use: teacher` a student's trained token also carries its
+   teacher log-prob v (slime's `Sample.teacher_log_probs`, docs/design.md §4.6) in the same
+   value: code `TEACHER_BASE - v` (v <= 0, so the code is >= 2 and never a role code); the
+   student's tokens off the loss mask carry the solver code. The loss decodes a code >= 2 as a
+   solver token distilled toward teacher log-prob `TEACHER_BASE - code` (float32 on the way:
+   exact to about 6e-8 x |code|). (slime also logs the channel's masked mean as
+   `rollout/teacher_log_probs`: the extractor share when no sample has a teacher.)
 2. Training steps are cut by rollout id: `build_dp_schedule` makes `len(unique ids) //
    global_batch_size` optimiser steps and drops the remainder. Our sample count varies (failed
    samples are removed), so we spread the samples over exactly `global_batch_size` contiguous
@@ -32,6 +38,7 @@ refuses to run without it (slime/backends/megatron_utils/loss.py:83-94).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -40,6 +47,7 @@ from evolving_rl.slime_bridge.samples import SampleTag, flatten, post_process_re
 
 ROLE_CHANNEL_KEY = "teacher_log_probs"
 ROLE_CODES: dict[Role, float] = {Role.SOLVER: 0.0, Role.EXTRACTOR: 1.0}
+TEACHER_BASE = 2.0  # a student token's code is TEACHER_BASE - its teacher log-prob (>= 2)
 
 
 def rollout_buckets(n_samples: int, n_buckets: int) -> list[int]:
@@ -68,6 +76,30 @@ def _log_probs(sample: Any) -> list[float]:
     return list(log_probs)
 
 
+def channel_codes(sample: Any, role: Role, loss_mask: list[int]) -> list[float]:
+    """A sample's per-token channel values: its role code, or on a student's trained tokens
+    `TEACHER_BASE - teacher log-prob` (module docstring)."""
+    teacher = getattr(sample, "teacher_log_probs", None)
+    if teacher is None:
+        return [ROLE_CODES[role]] * sample.response_length
+    if role is not Role.SOLVER:
+        raise ValueError(f"sample {sample.index}: a {role.value} sample with teacher log-probs; "
+                         "only solver (student) samples are distilled")
+    if len(teacher) != sample.response_length:
+        raise ValueError(f"sample {sample.index}: {len(teacher)} teacher log-probs for "
+                         f"{sample.response_length} response tokens")
+    codes = []
+    for position, (value, trained) in enumerate(zip(teacher, loss_mask, strict=True)):
+        if not trained:
+            codes.append(ROLE_CODES[Role.SOLVER])
+        elif math.isfinite(value) and value <= 0.0:
+            codes.append(TEACHER_BASE - float(value))
+        else:
+            raise ValueError(f"sample {sample.index}: teacher log-prob {value!r} at response "
+                             f"token {position} is not a finite log-prob (<= 0)")
+    return codes
+
+
 def _top_p_replay(sample: Any) -> tuple[list[int], list[int]]:
     """A sample's nucleus (ids, offsets), checked as slime/ray/rollout.py:718-730 checks it."""
     ids, offsets = sample.rollout_top_p_token_ids, sample.rollout_top_p_token_offsets
@@ -84,8 +116,8 @@ def _top_p_replay(sample: Any) -> tuple[list[int], list[int]]:
 
 def convert_samples_to_train_data(samples: Iterable[Any], global_batch_size: int,
                                   rollout_top_p: float = 1.0) -> dict:
-    """slime's train-data dict for our samples, with the role channel, rollout buckets and,
-    when `rollout_top_p` < 1, the top-p replay."""
+    """slime's train-data dict for our samples, with the role (and teacher) channel, rollout
+    buckets and, when `rollout_top_p` < 1, the top-p replay."""
     flat = flatten(samples)
     raw_rewards, advantages = post_process_rewards(flat)
     roles = [SampleTag.of(sample).role for sample in flat]
@@ -105,8 +137,8 @@ def convert_samples_to_train_data(samples: Iterable[Any], global_batch_size: int
         "loss_masks": loss_masks,
         "rollout_mask_sums": [mask_per_rollout[rollout_id] for rollout_id in rollout_ids],
         "rollout_log_probs": [_log_probs(sample) for sample in flat],
-        ROLE_CHANNEL_KEY: [[ROLE_CODES[role]] * sample.response_length
-                           for role, sample in zip(roles, flat, strict=True)],
+        ROLE_CHANNEL_KEY: [channel_codes(sample, role, mask)
+                           for role, sample, mask in zip(roles, flat, loss_masks, strict=True)],
     }
     if rollout_top_p != 1.0:
         replays = [_top_p_replay(sample) for sample in flat]
