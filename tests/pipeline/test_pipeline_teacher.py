@@ -122,3 +122,7 @@ def test_teacher_is_refused_where_every_step_is_prompted_afresh():
     cfg = parse_config({"environment": "mind2web", "pipeline": {"skill_use": "teacher"}})
     with pytest.raises(ConfigError, match="dialogue history"):
         asyncio.run(build_context(cfg, policy=ScriptedPolicy(TOK), tokenizer=TOK))
+    cold = parse_config({"pipeline": {"skill_use": "teacher"},
+                         "sampling": {"solver": {"temperature": 0.7}}})
+    with pytest.raises(ConfigError, match="temperature"):
+        asyncio.run(build_context(cold, policy=ScriptedPolicy(TOK), tokenizer=TOK))

@@ -125,6 +125,19 @@ def make_adapter(cfg: Config, lenient: bool = False) -> EnvironmentAdapter:
     return domain_for(cfg).adapter(cfg, lenient)
 
 
+def _check_teacher(cfg: Config, adapter: EnvironmentAdapter) -> None:
+    """The teacher switch needs a dialogue history and the solver sampled at temperature 1 (the
+    teacher's log-probs are the raw model's: SGLang scores input tokens unscaled)."""
+    if cfg.pipeline.skill_use != "teacher":
+        return
+    if adapter.step_prompts:
+        raise ConfigError("pipeline.skill_use", f"teacher needs an environment with a dialogue "
+                          f"history; {adapter.name} prompts every step afresh")
+    if cfg.sampling.solver.temperature != 1.0:
+        raise ConfigError("sampling.solver.temperature", "must be 1.0 under pipeline.skill_use: "
+                          "teacher (the teacher's log-probs are at temperature 1)")
+
+
 async def build_context(cfg: Config, policy: PolicyClient | None = None,
                         tokenizer: ChatTokenizer | None = None, *, policy_url: str | None = None,
                         tokenizer_path: str | None = None,
@@ -148,9 +161,7 @@ async def build_context(cfg: Config, policy: PolicyClient | None = None,
             raise ValueError("build_context needs a tokenizer or a tokenizer_path")
         tokenizer = HFChatTokenizer.from_pretrained(tokenizer_path)
     adapter = adapter or domain.adapter(cfg, False)
-    if cfg.pipeline.skill_use == "teacher" and adapter.step_prompts:
-        raise ConfigError("pipeline.skill_use", f"teacher needs an environment with a dialogue "
-                          f"history; {adapter.name} prompts every step afresh")
+    _check_teacher(cfg, adapter)
     catalog = TaskCatalog.load(prepared_dir_for(cfg), adapter)
     logger.info("pipeline context: %s, %d tasks in the catalog", adapter.name, len(catalog))
     return PipelineContext(
