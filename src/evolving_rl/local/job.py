@@ -51,11 +51,11 @@ from tqdm import tqdm
 
 from evolving_rl.clients.tokenizer import HFChatTokenizer
 from evolving_rl.config import ConfigError, to_dict
-from evolving_rl.config.schema import Config
+from evolving_rl.config.schema import Config, LocalConfig
 from evolving_rl.domains.registry import domain_for
 from evolving_rl.local.engine import LocalPolicy
 from evolving_rl.local.metrics import MetricsLog, group_variance
-from evolving_rl.local.model import load_model, load_tokenizer, resolve_model_path
+from evolving_rl.local.model import frozen_copy, load_model, load_tokenizer, resolve_model_path
 from evolving_rl.local.plot_style import reward_subtitle
 from evolving_rl.local.plots import plot_run
 from evolving_rl.local.preflight import preflight
@@ -113,6 +113,15 @@ class Models:
     trainer: GRPOTrainer
 
 
+def reference_model(model: torch.nn.Module, path: Path, start: Path,
+                    local: LocalConfig) -> torch.nn.Module:
+    """The frozen KL reference, the initial weights in `path`: a copy of `model` when it was just
+    loaded from them (one load), loaded again when `model` resumes from a checkpoint `start`."""
+    if start == path:
+        return frozen_copy(model)
+    return load_model(path, local.device, local.dtype, trainable=False)
+
+
 def load_models(cfg: Config) -> Models:
     local = cfg.local
     path = resolve_model_path(local.model, local.models_dir)
@@ -120,7 +129,7 @@ def load_models(cfg: Config) -> Models:
     start = Path(local.resume_from) if local.resume_from else path
     model = load_model(start, local.device, local.dtype)
     uses_kl = cfg.loss.kl_coef.solver > 0 or cfg.loss.kl_coef.extractor > 0
-    ref = load_model(path, local.device, local.dtype, trainable=False) if uses_kl else None
+    ref = reference_model(model, path, start, local) if uses_kl else None
     trainer = GRPOTrainer(model, ref, cfg.loss, local, int(tokenizer.pad_token_id))
     if local.resume_from:
         trainer.load_state(start)
