@@ -288,5 +288,5 @@ def run_job(cfg: Config) -> JobResult:
     with timed(result, "checkpoint"):
         _maybe_checkpoint(cfg, models, result, final=True)
     result.plot = plot_run(log.read(), result.run_dir / "rewards.png",
-                           reward_subtitle(cfg.rewards))
+                           reward_subtitle(cfg.rewards, domain_for(cfg).invalid_actions))
     return result

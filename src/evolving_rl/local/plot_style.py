@@ -78,10 +78,11 @@ def bar_legend(ax: Any) -> None:
     ax.legend(fontsize=8, ncols=2, loc="upper center")
 
 
-def reward_subtitle(rewards: RewardConfig) -> str:
-    """What the rewards hold besides success, so that a negative reward reads as a penalty."""
+def reward_subtitle(rewards: RewardConfig, invalid_actions: str) -> str:
+    """What the rewards hold besides success, so that a negative reward reads as a penalty;
+    `invalid_actions`: what the environment's invalid-action penalty counts (`Domain`)."""
     solver = ("solver reward = success" + (f" − {rewards.invalid_action_penalty:g} × share of "
-                                          "inadmissible actions"
+                                          f"{invalid_actions}"
                                           if rewards.invalid_action_penalty else ""))
     extractor = "extractor reward = mean downstream success of its skill"
     penalties = [f"{value:g} for {what}" for value, what in (
