@@ -61,6 +61,7 @@ def test_the_subtitle_names_the_penalties_that_make_rewards_negative():
 
 
 def test_the_mind2web_subtitle_uses_its_own_words():
-    cfg = load_config("configs/local_cpu_web.yaml", overrides=["rewards.invalid_action_penalty=0.5"])
+    cfg = load_config("configs/local_cpu_web.yaml",
+                      overrides=["rewards.invalid_action_penalty=0.5"])
     text = reward_subtitle(cfg.rewards, domain_for(cfg).invalid_actions)
     assert "0.5 × share of unreadable actions" in text and "inadmissible" not in text

@@ -36,8 +36,8 @@ def _name(record: SkillRecord) -> str:
 
 
 def _cells(row: int, record: SkillRecord) -> list[str]:
-    return [str(row), skill_id(record), record.source_task_type, _reward(record.reward), _audit(record),
-            "yes" if record.usable else "no", _name(record)]
+    return [str(row), skill_id(record), record.source_task_type, _reward(record.reward),
+            _audit(record), "yes" if record.usable else "no", _name(record)]
 
 
 def table(records: Sequence[SkillRecord], rows: Mapping[int, int],

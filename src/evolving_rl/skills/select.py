@@ -3,8 +3,9 @@
 Owns the record id (`rollout:source_id:skill_index`, e.g. `7:t0:2`) and what `show` accepts
 for one (the record's row in the library, as `list` numbers it; the whole id; or a prefix of
 exactly one id), the list filters (source task type, minimum reward, audit result, usable only),
-the list order and the export selection. "Audit failed" means the skill parsed and its card failed the language audit (an
-unparsed skill was never audited). Every order is stable: ties keep library order.
+the list order and the export selection. "Audit failed" means the skill parsed and its card
+failed the language audit (an unparsed skill was never audited). Every order is stable: ties
+keep library order.
 """
 
 from __future__ import annotations
