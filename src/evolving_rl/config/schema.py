@@ -2,30 +2,23 @@
 
 Defaults are the reference ALFWorld hyper-parameters (docs/fidelity.md). Each YAML file in
 `configs/` overrides some of them; `load_config` validates the result at start. Settings that a
-core type owns are declared there once: the `audit` section is `core.audit.AuditConfig` (plus
-`enabled`), and each `rewards` field takes its default and bounds from its `core.rewards`
-`RewardSettings` or `core.roles.RoleWeights` field (`core_field`).
+core type owns are declared there once and the schema embeds that type: the `rewards` section is
+`core.rewards.RewardSettings`, the `audit` section `core.audit.AuditConfig` (plus `enabled`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from evolving_rl.config.loader import ConfigError
 from evolving_rl.core.audit import AuditConfig
 from evolving_rl.core.bounds import bounded
 from evolving_rl.core.rewards import RewardSettings
-from evolving_rl.core.roles import RoleWeights
+from evolving_rl.core.roles import RoleCoefficients
 
 LOOPBACK = "127.0.0.1"
 
-
-def core_field(owner: type, name: str) -> Any:
-    """A schema field with the default and bounds of core settings field `owner.name`."""
-    declared = {f.name: f for f in dataclasses.fields(owner)}[name]
-    return field(default=declared.default, metadata=declared.metadata)
 
 #: The six ALFWorld task types (ALFRED's names; env/alfworld/prepare.py TASK_TYPES, test-checked).
 AlfworldTaskType = Literal[
@@ -114,30 +107,6 @@ class PipelineConfig:
     def validate(self) -> None:
         if self.max_turn_tokens >= self.max_context_tokens:
             raise ConfigError("max_turn_tokens", "must be smaller than max_context_tokens")
-
-
-@dataclass(frozen=True)
-class RewardConfig:
-    """Reward shaping, GRPO normalisation and role weights: `core.rewards.RewardSettings` with
-    the role weights flat (`pipeline.context.reward_settings` builds one from this)."""
-
-    format_penalty: float = core_field(RewardSettings, "format_penalty")
-    audit_penalty: float = core_field(RewardSettings, "audit_penalty")
-    # Solver reward = success - invalid_action_penalty * (inadmissible actions / actions); 0 is
-    # the reference's outcome-only reward (`core.rewards.solver_reward`).
-    invalid_action_penalty: float = core_field(RewardSettings, "invalid_action_penalty")
-    extractor_weight: float = core_field(RoleWeights, "extractor")
-    solver_weight: float = core_field(RoleWeights, "solver")
-    advantage_eps: float = core_field(RewardSettings, "advantage_eps")
-    drop_zero_variance_groups: bool = core_field(RewardSettings, "drop_zero_variance_groups")
-
-
-@dataclass(frozen=True)
-class RoleCoefficients:
-    """One coefficient per role."""
-
-    solver: float = 0.0
-    extractor: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -391,7 +360,7 @@ class Config:
     environment: Literal["alfworld", "mind2web"] = "alfworld"
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     sampling: RoleSampling = field(default_factory=RoleSampling)
-    rewards: RewardConfig = field(default_factory=RewardConfig)
+    rewards: RewardSettings = field(default_factory=RewardSettings)
     loss: LossConfig = field(default_factory=LossConfig)
     audit: AuditSettings = field(default_factory=AuditSettings)
     clients: ClientConfig = field(default_factory=ClientConfig)

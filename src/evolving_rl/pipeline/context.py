@@ -2,7 +2,7 @@
 
 Owns `PipelineContext` (config, adapter, policy, tokenizer, env and retrieval clients, the task
 catalog of the retrieval split and the skill library; the concurrency semaphores and the core's
-audit and reward settings it derives from the config itself, the latter by `reward_settings`),
+audit and reward settings it takes from the config itself),
 `TaskCatalog` (task id -> `TaskSpec`, read from the prepared JSONL files), `make_adapter` and
 `build_context`. What is environment-specific (the adapter, the env server's URL) comes from the
 configured environment's registry entry (`domains.registry.domain_for`). Nothing here is global:
@@ -24,7 +24,6 @@ from evolving_rl.clients.tokenizer import ChatTokenizer, HFChatTokenizer
 from evolving_rl.config.schema import Config, SamplingConfig
 from evolving_rl.core.audit import AuditConfig
 from evolving_rl.core.rewards import RewardSettings
-from evolving_rl.core.roles import RoleWeights
 from evolving_rl.domains.base import EnvironmentAdapter, TaskSpec
 from evolving_rl.domains.registry import domain_for
 from evolving_rl.pipeline.skill_library import SkillLibrary
@@ -69,18 +68,6 @@ def _audit_config(cfg: Config) -> AuditConfig | None:
     return cfg.audit if cfg.audit.enabled else None
 
 
-def reward_settings(cfg: Config) -> RewardSettings:
-    """The core's reward and advantage settings, from config `rewards`."""
-    rewards = cfg.rewards
-    return RewardSettings(
-        format_penalty=rewards.format_penalty, audit_penalty=rewards.audit_penalty,
-        invalid_action_penalty=rewards.invalid_action_penalty,
-        advantage_eps=rewards.advantage_eps,
-        drop_zero_variance_groups=rewards.drop_zero_variance_groups,
-        role_weights=RoleWeights(solver=rewards.solver_weight,
-                                 extractor=rewards.extractor_weight))
-
-
 @dataclass
 class PipelineContext:
     """Long-lived collaborators of the pipeline (see the module docstring)."""
@@ -96,7 +83,7 @@ class PipelineContext:
     owned_policy: SGLangPolicyClient | None = None  # opened by build_context, closed by close
     limits: ConcurrencyLimits = field(init=False)
     audit: AuditConfig | None = field(init=False)  # None: the audit is disabled
-    rewards: RewardSettings = field(init=False)
+    rewards: RewardSettings = field(init=False)  # config `rewards`, the core's type
 
     def __post_init__(self) -> None:
         pipeline = self.cfg.pipeline
@@ -106,7 +93,7 @@ class PipelineContext:
             asyncio.Semaphore(pipeline.max_concurrent_resets
                               or pipeline.max_concurrent_episodes))
         self.audit = _audit_config(self.cfg)
-        self.rewards = reward_settings(self.cfg)
+        self.rewards = self.cfg.rewards
 
     def sampling(self, cfg: SamplingConfig, solver: bool) -> SamplingParams:
         """Sampling parameters of a role; solver turns stop at the adapter's stop strings."""
