@@ -2,12 +2,13 @@
 
 Owns `PipelineContext` (config, adapter, policy, tokenizer, env and retrieval clients, the task
 catalog of the retrieval split and the skill library; the concurrency semaphores and the core's
-audit and reward settings it takes from the config itself),
-`TaskCatalog` (task id -> `TaskSpec`, read from the prepared JSONL files), `make_adapter` and
-`build_context`. What is environment-specific (the adapter, the env server's URL) comes from the
-configured environment's registry entry (`domains.registry.domain_for`). Nothing here is global:
-the hooks or the local backend build a context inside their event loop and pass it to every call;
-`close` releases the HTTP pools it opened (the policy belongs to the caller).
+audit and reward settings it takes from the config itself), `TaskCatalog` (task id ->
+`TaskSpec`, from the prepared JSONL files, or from their rows a caller has read already),
+`make_adapter` and `build_context`. What is environment-specific (the adapter, the env server's
+URL) comes from the configured environment's registry entry (`domains.registry.domain_for`).
+Nothing here is global: the hooks or the local backend build a context inside their event loop
+and pass it to every call; `close` releases the HTTP pools it opened (the policy belongs to the
+caller).
 """
 
 from __future__ import annotations
@@ -27,7 +28,12 @@ from evolving_rl.core.rewards import RewardSettings
 from evolving_rl.domains.base import EnvironmentAdapter, TaskSpec
 from evolving_rl.domains.registry import domain_for
 from evolving_rl.pipeline.skill_library import SkillLibrary
-from evolving_rl.retrieval.prepared import prepared_dir_for, read_prepared_dir
+from evolving_rl.retrieval.prepared import (
+    PreparedData,
+    PreparedRow,
+    prepared_dir_for,
+    read_prepared_dir,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -40,8 +46,14 @@ class TaskCatalog:
 
     @classmethod
     def load(cls, prepared_dir: str | Path, adapter: EnvironmentAdapter) -> TaskCatalog:
+        return cls.of_splits(read_prepared_dir(prepared_dir), adapter)
+
+    @classmethod
+    def of_splits(cls, splits: dict[str, list[PreparedRow]],
+                  adapter: EnvironmentAdapter) -> TaskCatalog:
+        """The catalog of split name -> rows already read."""
         tasks: dict[str, TaskSpec] = {}
-        for rows in read_prepared_dir(prepared_dir).values():
+        for rows in splits.values():
             for row in rows:
                 if row.id not in tasks:
                     tasks[row.id] = adapter.task_from_row(row.as_dict())
@@ -116,12 +128,14 @@ async def build_context(cfg: Config, policy: PolicyClient | None = None,
                         tokenizer_path: str | None = None,
                         adapter: EnvironmentAdapter | None = None,
                         run_dir: str | Path | None = None,
-                        top_p_replay: bool = False) -> PipelineContext:
+                        top_p_replay: bool = False,
+                        prepared: PreparedData | None = None) -> PipelineContext:
     """Open the env and retrieval clients and load the task catalog; call inside the loop.
 
     Give `policy` or `policy_url` (an SGLang server or router, opened and owned by the context;
     `top_p_replay` makes it ask for the nucleus of top-p < 1 generations), and `tokenizer` or
-    `tokenizer_path` (a Hugging Face tokenizer folder).
+    `tokenizer_path` (a Hugging Face tokenizer folder). The catalog is read from the prepared
+    files unless `prepared` holds them already.
     """
     domain = domain_for(cfg)  # first: an unregistered environment fails before anything opens
     owned = None
@@ -134,7 +148,8 @@ async def build_context(cfg: Config, policy: PolicyClient | None = None,
             raise ValueError("build_context needs a tokenizer or a tokenizer_path")
         tokenizer = HFChatTokenizer.from_pretrained(tokenizer_path)
     adapter = adapter or domain.adapter(cfg, False)
-    catalog = TaskCatalog.load(prepared_dir_for(cfg), adapter)
+    catalog = (TaskCatalog.of_splits(prepared.indexed, adapter) if prepared is not None
+               else TaskCatalog.load(prepared_dir_for(cfg), adapter))
     logger.info("pipeline context: %s, %d tasks in the catalog", adapter.name, len(catalog))
     return PipelineContext(
         cfg=cfg, adapter=adapter, policy=policy, tokenizer=tokenizer,
