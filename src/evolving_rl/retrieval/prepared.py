@@ -135,6 +135,13 @@ class PreparedData:
             return cls(indexed, indexed)
         return cls(indexed, read_prepared_dir(environment_prepared_dir(cfg)))
 
+    def split(self, name: str) -> list[PreparedRow]:
+        """The rows of the environment's split `name`."""
+        if name not in self.environment:
+            raise PreparedDataError(f"no prepared split {name!r} (the environment's splits: "
+                                    f"{', '.join(self.environment)})")
+        return self.environment[name]
+
 
 def round_robin(rows: list[PreparedRow], limit: int | None) -> list[dict[str, Any]]:
     """The first `limit` rows (all when None) taken round-robin over sorted task types, as the
