@@ -143,16 +143,33 @@ def sample_reply(text: str, sampling: SamplingParams,
 class ScriptedPolicy:
     """In-process `PolicyClient` answering with `responder` (the script by default)."""
 
-    def __init__(self, tokenizer: ByteChatTokenizer, responder: Responder = reply_text) -> None:
+    def __init__(self, tokenizer: ByteChatTokenizer, responder: Responder = reply_text,
+                 teacher: Callable[[str, str], float] | None = None) -> None:
         self.tokenizer = tokenizer
         self.responder = responder
+        self.teacher = teacher or teacher_gain
         self.calls = 0
+        self.score_calls = 0
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         self.calls += 1
         text = self.responder(self.tokenizer.decode(prompt_ids))
         ids, finish = sample_reply(text, sampling, self.tokenizer)
         return Generation(tuple(ids), tuple(token_log_prob(i) for i in ids), finish)
+
+    async def score(self, token_ids: list[int], start: int,
+                    temperature: float = 1.0) -> list[float]:
+        """The sampled log-probs, each raised by `self.teacher(context, continuation)`: what a
+        teacher test can tell apart (`teacher_gain` by default)."""
+        self.score_calls += 1
+        gain = self.teacher(self.tokenizer.decode(token_ids[:start]),
+                            self.tokenizer.decode(token_ids[start:]))
+        return [token_log_prob(i) + gain for i in token_ids[start:]]
+
+
+def teacher_gain(context: str, continuation: str) -> float:
+    """0.05 when `context` holds a skill card (the scripted teacher's default)."""
+    return 0.05 if "Skill" in context else 0.0
 
 
 class ActsAtCall:

@@ -82,10 +82,14 @@ def test_protocol_table_pools_seeds_per_group_and_tests_both_ways(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # ~8 min on 2 shared cores: six types of games, SmolLM2 on the CPU
-def test_the_paper_profile_runs_end_to_end_on_cpu(tmp_path):
+@pytest.mark.parametrize("switch", [{}, {"pipeline.skill_use": "teacher",
+                                         "pipeline.extractor_reward": "teach"}],
+                         ids=["context", "teacher"])
+def test_the_paper_profile_runs_end_to_end_on_cpu(tmp_path, switch):
     """configs/local_gpu_paper.yaml at CPU size (SmolLM2, one game per type and split, one
     step): six types generated, training on train_seen, both after-training protocols recorded
-    with the training / held-out groups."""
+    with the training / held-out groups; under the teacher switch, students scored and trained
+    on (docs/design.md §4.6)."""
     port = free_port_block(5)
     overrides = {
         "local.model": "smollm2", "local.device": "cpu", "local.dtype": "float32",
@@ -98,7 +102,7 @@ def test_the_paper_profile_runs_end_to_end_on_cpu(tmp_path):
         "local.games_per_type": 1, "local.generator_workers": 2, "local.train_steps": 1,
         "local.n_eval_games": 6, "pipeline.max_steps": 2, "pipeline.source_tasks_per_rollout": 1,
         "pipeline.n_skills": 2, "pipeline.top_k": 1, "sampling.extractor.max_new_tokens": 16,
-        "sampling.eval_extractor.max_new_tokens": 16}
+        "sampling.eval_extractor.max_new_tokens": 16, **switch}
     sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={value}")]
     proc = subprocess.run([sys.executable, "-m", "evolving_rl.local", "--config", str(PAPER),
                            *sets], cwd=ROOT, capture_output=True, text=True, timeout=1500)
@@ -107,6 +111,12 @@ def test_the_paper_profile_runs_end_to_end_on_cpu(tmp_path):
     records = [json.loads(line) for line in (run / "metrics.jsonl").open()]
     assert [(r["kind"], r.get("protocol")) for r in records] == [
         ("train", None), ("eval", "reference"), ("eval", "written_skill")]
+    if switch:  # one student per retrieved task, scored with both skills as written
+        assert records[0]["teacher/students"] == 1 and records[0]["teacher/score_calls"] == 2
+        assert records[0]["teacher/score_failures"] == 0
+        assert records[0]["train/teacher_tokens"] > 0
+    else:
+        assert "teacher/students" not in records[0]
     for record in records[1:]:
         assert record["eval/cases"] == 6
         assert record["eval/group/held_out_types/cases"] == 2  # look_at_obj, pick_two

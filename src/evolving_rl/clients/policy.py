@@ -126,6 +126,12 @@ class PolicyClient(Protocol):
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation: ...
 
+    async def score(self, token_ids: list[int], start: int,
+                    temperature: float = 1.0) -> list[float]:
+        """Log-probs of `token_ids[start:]`, each given the ids before it (one forward pass, no
+        sampling); the teacher of docs/design.md §4.6. `PolicyError` when it fails."""
+        ...
+
 
 def _int32_array(key: str, value: Any) -> list[int]:
     """An int32 array of `meta_info`: a JSON list, or base64 of native int32 bytes."""

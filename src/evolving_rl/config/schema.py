@@ -112,10 +112,23 @@ class PipelineConfig:
     # evaluation's "with skill" arm plays it. "skip": only usable skills are played (their
     # cells stay empty: fewer solver episodes) and evaluation shows no skill instead.
     unusable_skills: Literal["as_written", "skip"] = "as_written"
+    # How the solver learns from skills (docs/design.md §4.6). "context" (the reference): it
+    # reads them in its prompt. "teacher" (ours): also R no-skill student episodes per retrieved
+    # task, trained toward the same weights with each card in context (on-policy distillation,
+    # `loss.distill_coef`). History-prompted environments only (ALFWorld).
+    skill_use: Literal["context", "teacher"] = "context"
+    # The extractor's reward: "downstream" (the reference) = the mean success of its skill's
+    # episodes; "teach" (needs skill_use teacher) = what its skill teaches the no-skill student.
+    extractor_reward: Literal["downstream", "teach"] = "downstream"
 
     def validate(self) -> None:
         if self.max_turn_tokens >= self.max_context_tokens:
             raise ConfigError("max_turn_tokens", "must be smaller than max_context_tokens")
+        if self.skill_use == "teacher" and self.method != "evolving":
+            raise ConfigError("skill_use", "teacher needs method: evolving (the baseline has "
+                              "no skills)")
+        if self.extractor_reward == "teach" and self.skill_use != "teacher":
+            raise ConfigError("extractor_reward", "teach needs skill_use: teacher")
 
 
 @dataclass(frozen=True)
@@ -133,6 +146,9 @@ class LossConfig:
     adam_beta2: float = bounded(0.98, ge=0.0, lt=1.0)
     weight_decay: float = bounded(0.1, ge=0.0)
     grad_clip: float = bounded(1.0, gt=0.0)
+    # β of the distillation term under pipeline.skill_use: teacher (slime's --opd-kl-coef):
+    # a student token's advantage gains β * (teacher log-prob - sampled log-prob).
+    distill_coef: float = bounded(1.0, ge=0.0)
 
     def validate(self) -> None:
         for role in ("solver", "extractor"):

@@ -6,6 +6,8 @@ Extractor reward of one skill, decided in this order (status in brackets):
   3. the skill failed the language audit             ->  -audit_penalty   [audit_failed]
   4. no downstream score left (see below)            ->  None             [no_downstream]
   5. otherwise the mean of the downstream scores                          [ok]
+     or, given the skill's `core.teaching.TeachEvidence` (`pipeline.extractor_reward: teach`),
+     what it teaches the no-skill student: `TeachEvidence.value` (None without a scored student)
 Downstream scores are floats in [0, 1] (ALFWorld: won 0/1; Mind2Web: fraction of the task's steps
 done correctly). A score of None marks a downstream episode that failed for an infrastructure
 reason (HTTP error, timeout, environment crash), not because of the model: it is excluded from
@@ -25,6 +27,7 @@ from evolving_rl.core.bounds import FieldError, bounded, check_bounds
 from evolving_rl.core.grpo import DEFAULT_EPS
 from evolving_rl.core.roles import RoleWeights
 from evolving_rl.core.strenum import StrEnum
+from evolving_rl.core.teaching import TeachEvidence
 
 
 class ExtractorRewardStatus(StrEnum):
@@ -98,10 +101,15 @@ class ExtractorReward:
     n_excluded: int
 
 
-def extractor_reward(outcome: ExtractorOutcome, settings: RewardSettings) -> ExtractorReward:
-    """The extractor reward of one skill (rules in the module docstring)."""
+def extractor_reward(outcome: ExtractorOutcome, settings: RewardSettings,
+                     teach: TeachEvidence | None = None) -> ExtractorReward:
+    """The extractor reward of one skill (rules in the module docstring); with `teach`, rule 5
+    is what the skill teaches and the counts are its students'."""
     scores = [score for score in outcome.downstream_scores if score is not None]
     n_scored, n_excluded = len(scores), len(outcome.downstream_scores) - len(scores)
+    if teach is not None:
+        scores = [] if teach.value is None else [teach.value]
+        n_scored, n_excluded = teach.n, 0
     if outcome.generation_failed:
         value, status = 0.0, ExtractorRewardStatus.GENERATION_FAILED
     elif not outcome.parsed:
@@ -110,6 +118,8 @@ def extractor_reward(outcome: ExtractorOutcome, settings: RewardSettings) -> Ext
         value, status = 0.0 - settings.audit_penalty, ExtractorRewardStatus.AUDIT_FAILED
     elif not scores:
         value, status = None, ExtractorRewardStatus.NO_DOWNSTREAM
+    elif teach is not None:
+        value, status = scores[0], ExtractorRewardStatus.OK
     else:
         value, status = math.fsum(scores) / n_scored, ExtractorRewardStatus.OK
     return ExtractorReward(value, status, n_scored, n_excluded)

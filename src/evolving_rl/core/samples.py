@@ -2,7 +2,9 @@
 
 `TrainSample` is what both backends train on (slime's `Sample` is built from it in the hooks,
 the local trainer consumes it directly). Token ids and log-probs are exactly the sampled ones;
-under top-p replay (the slime path) `nucleus` holds the kept ids of every response token.
+under top-p replay (the slime path) `nucleus` holds the kept ids of every response token. Under
+`pipeline.skill_use: teacher` a student episode also carries `teacher_log_probs`: per response
+token, the skill-conditioned policy's log-prob of that token (docs/design.md §4.6).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class TrainSample:
     `loss_mask` and `log_probs` have exactly `len(response_ids)` entries; observation tokens
     inside the response carry mask 0 and log-prob 0.0. `nucleus`, when recorded, has one span per
     response token: the sampled nucleus on generated tokens, an empty span on the others.
+    `teacher_log_probs`, when present, has one entry per response token too (0.0 off the mask).
     """
 
     role: Role
@@ -51,6 +54,7 @@ class TrainSample:
     advantage: float = 0.0
     metadata: dict[str, Any] = field(default_factory=dict)
     nucleus: Nucleus | None = None
+    teacher_log_probs: list[float] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.response_ids)
@@ -61,6 +65,9 @@ class TrainSample:
         if self.nucleus is not None and self.nucleus.n_tokens != n:
             raise ValueError(f"misaligned sample: {n} response ids, a nucleus of "
                              f"{self.nucleus.n_tokens} spans")
+        if self.teacher_log_probs is not None and len(self.teacher_log_probs) != n:
+            raise ValueError(f"misaligned sample: {n} response ids, "
+                             f"{len(self.teacher_log_probs)} teacher log-probs")
 
     @property
     def tokens(self) -> list[int]:

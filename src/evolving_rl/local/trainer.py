@@ -27,6 +27,9 @@ its inputs and reduces it.
   `evolving_rl.local.master_weights` says why); with `local.optimizer_device: cpu` those copies
   and AdamW's state live in CPU memory and a fused CPU AdamW steps them (`OffloadedMasters`).
 - Samples that are not trainable (status) or have no loss-mask token are skipped.
+- Under `pipeline.skill_use: teacher` a student sample's tokens carry its teacher log-probs and
+  `loss.distill_coef` (on-policy distillation folded into the advantages, docs/design.md §4.6);
+  a rollout without any teacher takes exactly the code path it takes without the switch.
 """
 
 from __future__ import annotations
@@ -78,6 +81,8 @@ class TokenBatch:
     kl_coef: torch.Tensor
     entropy_coef: torch.Tensor
     role_index: torch.Tensor  # [tokens] index into ROLES
+    teacher: torch.Tensor | None = None  # [tokens] teacher log-probs; None: no sample has any
+    distill_coef: torch.Tensor | None = None  # [tokens] loss.distill_coef on teacher tokens
 
     @property
     def n_tokens(self) -> int:
@@ -99,13 +104,16 @@ def build_token_batch(samples: Sequence[TrainSample], loss: LossConfig, pad_id: 
     ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(samples), width), dtype=torch.long)
     per_token: dict[str, list[float]] = {k: [] for k in ("rows", "cols", "targets", "old", "adv",
-                                                         "kl", "ent", "role")}
+                                                         "kl", "ent", "role", "teacher",
+                                                         "distill")}
     for row, sample in enumerate(samples):
         tokens = sample.prompt_ids + sample.response_ids
         ids[row, :len(tokens)] = torch.tensor(tokens, dtype=torch.long)
         mask[row, :len(tokens)] = 1
         role = Role(sample.role)
         start = len(sample.prompt_ids)
+        teacher = sample.teacher_log_probs or [0.0] * len(sample.response_ids)
+        distill = loss.distill_coef if sample.teacher_log_probs is not None else 0.0
         for j, (token, flag, log_prob) in enumerate(
                 zip(sample.response_ids, sample.loss_mask, sample.log_probs, strict=True)):
             if not flag:
@@ -114,7 +122,8 @@ def build_token_batch(samples: Sequence[TrainSample], loss: LossConfig, pad_id: 
                                ("old", log_prob), ("adv", sample.advantage),
                                ("kl", getattr(loss.kl_coef, role.value)),
                                ("ent", getattr(loss.entropy_coef, role.value)),
-                               ("role", ROLES.index(role))):
+                               ("role", ROLES.index(role)), ("teacher", teacher[j]),
+                               ("distill", distill)):
                 per_token[key].append(value)
 
     def tensor(key: str, dtype: torch.dtype) -> torch.Tensor:
@@ -125,7 +134,10 @@ def build_token_batch(samples: Sequence[TrainSample], loss: LossConfig, pad_id: 
         cols=tensor("cols", torch.long), targets=tensor("targets", torch.long),
         old_log_probs=tensor("old", torch.float32), advantages=tensor("adv", torch.float32),
         kl_coef=tensor("kl", torch.float32), entropy_coef=tensor("ent", torch.float32),
-        role_index=tensor("role", torch.long))
+        role_index=tensor("role", torch.long),
+        **({"teacher": tensor("teacher", torch.float32),
+            "distill_coef": tensor("distill", torch.float32)}
+           if any(s.teacher_log_probs is not None for s in samples) else {}))
 
 
 def check_logits_are_projection(model: torch.nn.Module) -> None:
@@ -140,7 +152,8 @@ def check_logits_are_projection(model: torch.nn.Module) -> None:
 def _head_log_probs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor,
                     with_entropy: bool) -> tuple[torch.Tensor, ...]:
     """Log-probs of `targets` (and the entropy) from final hidden states [tokens, hidden]."""
-    log_probs = torch.log_softmax(head(hidden).float(), dim=-1)
+    logits = head(hidden)  # float32 (float64 kept: the finite-difference tests)
+    log_probs = torch.log_softmax(logits if logits.dtype == torch.float64 else logits.float(), -1)
     chosen = log_probs.gather(1, targets[:, None])[:, 0]
     if not with_entropy:
         return (chosen,)
@@ -220,6 +233,10 @@ class StepMetrics:
     tokens_per_s: float = 0.0
     role_tokens: dict[str, int] = field(default_factory=dict)
     role_kl: dict[str, float] = field(default_factory=dict)
+    # Under pipeline.skill_use: teacher: the sampled reverse KL (old - teacher) over the student
+    # tokens, and their count.
+    distill_kl: float = 0.0
+    teacher_tokens: int = 0
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -286,6 +303,7 @@ class GRPOTrainer:
         chunk = self.local_cfg.logit_chunk_tokens
         sums = {name: 0.0 for name in ("loss", *TERMS)}
         role_sums = {role.value: [0.0, 0] for role in ROLES}  # [kl sum, tokens]
+        distill = [0.0, 0]  # [reverse KL sum, teacher tokens]
         for batch in _with_progress(batches, enabled=backward):
             ref = None
             if self.uses_kl:
@@ -300,11 +318,16 @@ class GRPOTrainer:
                     log_probs=log_probs, old_log_probs=batch.old_log_probs,
                     advantages=batch.advantages, eps_low=self.loss_cfg.clip_eps_low,
                     eps_high=self.loss_cfg.clip_eps_high, ref_log_probs=ref,
-                    kl_coef=batch.kl_coef, entropy=entropy, entropy_coef=batch.entropy_coef)
+                    kl_coef=batch.kl_coef, entropy=entropy, entropy_coef=batch.entropy_coef,
+                    teacher_log_probs=batch.teacher,
+                    distill_coef=0.0 if batch.distill_coef is None else batch.distill_coef)
                 if backward:
                     (terms.loss.sum() / total).backward()
             for name in sums:
                 sums[name] += float(getattr(terms, name).detach().sum())
+            if batch.distill_coef is not None:
+                distill[0] += float(terms.reverse_kl.detach().sum())
+                distill[1] += int((batch.distill_coef != 0).sum())
             for index, role in enumerate(ROLES):
                 selected = batch.role_index == index
                 role_sums[role.value][0] += float(terms.kl.detach()[selected].sum())
@@ -312,6 +335,7 @@ class GRPOTrainer:
         means = {name: value / max(total, 1) for name, value in sums.items()}
         means.update({f"kl/{role}": kl / max(n, 1) for role, (kl, n) in role_sums.items()})
         means.update({f"tokens/{role}": n for role, (_, n) in role_sums.items()})
+        means["distill_kl"], means["tokens/teacher"] = distill[0] / max(distill[1], 1), distill[1]
         return means
 
     def evaluate_loss(self, samples: Sequence[TrainSample]) -> dict[str, float]:
@@ -344,6 +368,7 @@ class GRPOTrainer:
         metrics.grad_norm = float(grad_norm)
         metrics.role_kl = {role.value: means[f"kl/{role.value}"] for role in ROLES}
         metrics.role_tokens = {role.value: int(means[f"tokens/{role.value}"]) for role in ROLES}
+        metrics.distill_kl, metrics.teacher_tokens = means["distill_kl"], means["tokens/teacher"]
         metrics.duration_s = time.perf_counter() - started
         metrics.tokens_per_s = metrics.n_sequence_tokens / max(metrics.duration_s, 1e-9)
         return metrics

@@ -10,7 +10,10 @@ emitted. The optional source-episode samples
 (`pipeline.train_on_source_episode`) form one group per rollout: a single source episode per task
 has no group of its own to be compared with. With `pipeline.solver_grouping: step_index`, the
 solver samples that carry a `step_index` (one sample per step: Mind2Web) form one group per
-step index within those groups (`core.grid.step_group_id`). An extractor sample's response is
+step index within those groups (`core.grid.step_group_id`). Under `pipeline.skill_use: teacher`
+the no-skill students join the solver group of their task with their teacher log-probs
+(`pipeline.teacher`), and with `pipeline.extractor_reward: teach` the extractor's reward is what
+its skill teaches them (`core.teaching`). An extractor sample's response is
 its one generation, so it carries that generation's top-p nucleus as is (None without
 replay); solver samples carry their trace's response-aligned one (`EpisodeTrace.nucleus`). Also
 builds the skill-library records. `episode_samples` and `finalize` (advantages over candidates)
@@ -42,6 +45,7 @@ from evolving_rl.pipeline.context import PipelineContext
 from evolving_rl.pipeline.episode import EpisodeResult
 from evolving_rl.pipeline.extraction import Extraction
 from evolving_rl.pipeline.skill_library import MAX_RAW_CHARS, SkillRecord
+from evolving_rl.pipeline.teacher import attach_teacher, teach_evidence
 from evolving_rl.pipeline.units import SourceUnit
 
 
@@ -130,6 +134,14 @@ def _unit_samples(ctx: PipelineContext, unit: SourceUnit, grid: Grid, tag: str,
             ctx, result, solver_group_id(unit.key, cell.task),
             {**base, "skill_index": cell.skill, "retrieved_rank": cell.task,
              "repeat": cell.repeat})
+    for student in unit.students:
+        samples = episode_samples(
+            ctx, student.result, solver_group_id(unit.key, student.rank),
+            {**base, "student": True, "retrieved_rank": student.rank, "repeat": student.repeat,
+             "teacher_skills": sorted(student.teacher)})
+        attach_teacher(samples, student)
+        out.candidates += samples
+    teach = ctx.cfg.pipeline.extractor_reward == "teach"
     for extraction in unit.extractions:
         scores = tuple(unit.downstream[i].score for i in grid.skill_episodes(extraction.index)
                        if i in unit.downstream)
@@ -137,7 +149,8 @@ def _unit_samples(ctx: PipelineContext, unit: SourceUnit, grid: Grid, tag: str,
             parsed=bool(extraction.parse and extraction.parse.ok),
             audit_passed=bool(extraction.audit and extraction.audit.ok),
             downstream_scores=scores, generation_failed=extraction.generation_failed)
-        reward = extractor_reward(outcome, ctx.rewards)
+        reward = extractor_reward(outcome, ctx.rewards,
+                                  teach_evidence(unit, extraction.index) if teach else None)
         out.extractor_rewards.append((unit, extraction, reward))
         out.candidates += _extractor_sample(unit, extraction, reward, base)
         out.records.append(_record(unit, extraction, reward, grid, tag))

@@ -22,6 +22,7 @@ from evolving_rl.clients.env import EnvClient
 from evolving_rl.clients.policy import PolicyClient, SamplingParams, SGLangPolicyClient
 from evolving_rl.clients.retrieval import RetrievalClient
 from evolving_rl.clients.tokenizer import ChatTokenizer, HFChatTokenizer
+from evolving_rl.config.loader import ConfigError
 from evolving_rl.config.schema import Config, SamplingConfig
 from evolving_rl.core.audit import AuditConfig
 from evolving_rl.core.rewards import RewardSettings
@@ -148,6 +149,9 @@ async def build_context(cfg: Config, policy: PolicyClient | None = None,
             raise ValueError("build_context needs a tokenizer or a tokenizer_path")
         tokenizer = HFChatTokenizer.from_pretrained(tokenizer_path)
     adapter = adapter or domain.adapter(cfg, False)
+    if cfg.pipeline.skill_use == "teacher" and adapter.step_prompts:
+        raise ConfigError("pipeline.skill_use", f"teacher needs an environment with a dialogue "
+                          f"history; {adapter.name} prompts every step afresh")
     catalog = (TaskCatalog.of_splits(prepared.indexed, adapter) if prepared is not None
                else TaskCatalog.load(prepared_dir_for(cfg), adapter))
     logger.info("pipeline context: %s, %d tasks in the catalog", adapter.name, len(catalog))

@@ -22,7 +22,8 @@ action led to. Every way an episode can end is a status, never an exception:
 The env reset waits its turn under the context's reset bound (`reset_env`,
 `pipeline.max_concurrent_resets`). Infrastructure failures score None (the sample leaves its
 GRPO group). Replies without a valid action are sent as-is and counted in `action_statuses`.
-The env episode is always closed (`close_episode`).
+The env episode is always closed (`close_episode`). The result keeps the reset's observation
+(`first`): the teacher switch rebuilds the prompt with a card from it (`pipeline.teacher`).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class EpisodeResult:
     error: str | None = None
     started_s: float = 0.0
     duration_s: float = 0.0
+    first: Observation | None = None  # the reset's observation (the teacher rebuilds the prompt)
 
     @property
     def success(self) -> bool:
@@ -91,7 +93,7 @@ class _Episode:
         return EpisodeResult(self.task, self.trace, status, reason, score, self.actions, error)
 
 
-def _reply_prefix(ctx: PipelineContext) -> list[int]:
+def reply_prefix_ids(ctx: PipelineContext) -> list[int]:
     """Ids of the configured solver reply prefix (part of the prompt or observation block)."""
     prefix = ctx.cfg.pipeline.solver_reply_prefix
     return ctx.tokenizer.encode_text(prefix) if prefix else []
@@ -103,7 +105,7 @@ def _history_input(ep: _Episode, observation: Observation, step: int,
     ctx, trace = ep.ctx, ep.trace
     if step > 0:
         block = ctx.tokenizer.encode_followup(
-            ctx.adapter.render_observation(step, observation), last_id) + _reply_prefix(ctx)
+            ctx.adapter.render_observation(step, observation), last_id) + reply_prefix_ids(ctx)
         if trace.length + len(block) >= ctx.cfg.pipeline.max_context_tokens:
             return ep.end(SampleStatus.TRUNCATED, "context_limit", 0.0)
         trace.add_observation(block)
@@ -117,7 +119,7 @@ def _step_input(ep: _Episode, observation: Observation, step: int) -> EpisodeTra
         prompt = list(ep.trace.prompt_ids)
     else:
         prompt = ctx.tokenizer.encode_prompt(ctx.adapter.solver_messages(
-            ep.task, observation, ep.skill_card)) + _reply_prefix(ctx)
+            ep.task, observation, ep.skill_card)) + reply_prefix_ids(ctx)
         if len(prompt) >= ctx.cfg.pipeline.max_context_tokens:
             return ep.end(SampleStatus.TRUNCATED, "context_limit", 0.0)
     ep.trace.steps.append(EpisodeTrace(prompt))
@@ -209,11 +211,12 @@ async def run_episode(ctx: PipelineContext, clock: IOClock, task: TaskSpec,
     else:
         messages = ctx.adapter.solver_messages(task, first, skill_card)
         ep = _Episode(ctx, clock, task, episode_id, EpisodeTrace(
-            ctx.tokenizer.encode_prompt(messages) + _reply_prefix(ctx)), skill_card)
+            ctx.tokenizer.encode_prompt(messages) + reply_prefix_ids(ctx)), skill_card)
         try:
             result = await _play(ep, first, sampling)
         finally:
             await asyncio.shield(close_episode(ctx, clock, episode_id))
+        result.first = first
     result.started_s, result.duration_s = started, time.perf_counter() - started
     return result
 

@@ -9,7 +9,9 @@ itself is excluded unless `pipeline.include_source_in_retrieval`. Episodes run u
 context's episode semaphore and extractions under its extraction semaphore. Rewards, GRPO
 advantages and role weights are computed by the core (see `assembly`); metrics in `metrics`.
 Under `pipeline.method: grpo_baseline` the same entry point runs the plain GRPO solver baseline
-instead (`baseline`: no retrieval, no extraction, nothing added to the skill library).
+instead (`baseline`: no retrieval, no extraction, nothing added to the skill library). Under
+`pipeline.skill_use: teacher` each source task's downstream stage also plays its no-skill students
+and scores them with the cards (`teacher.play_students`, docs/design.md §4.6).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from evolving_rl.pipeline.episode import play
 from evolving_rl.pipeline.extraction import extract_skills
 from evolving_rl.pipeline.metrics import StageTimes, baseline_metrics, rollout_metrics
 from evolving_rl.pipeline.progress import live_bar
+from evolving_rl.pipeline.teacher import play_students, teacher_metrics
 from evolving_rl.pipeline.timing import IOClock
 from evolving_rl.pipeline.units import Retrieved, SourceUnit
 
@@ -79,10 +82,15 @@ async def _downstream(ctx: PipelineContext, clock: IOClock, grid: Grid, unit: So
     mode = ctx.cfg.pipeline.unusable_skills
     cells = [cell for cell in grid.cells()
              if cell.task < len(unit.retrieved) and unit.extractions[cell.skill].played(mode)]
-    results = await asyncio.gather(*(
+    episodes = asyncio.gather(*(
         play(ctx, clock, unit.retrieved[cell.task],
              unit.extractions[cell.skill].solver_text(mode), sampling)
         for cell in cells))
+    if ctx.cfg.pipeline.skill_use == "teacher":
+        results, unit.students = await asyncio.gather(
+            episodes, play_students(ctx, clock, unit, grid.n_repeats, sampling))
+    else:
+        results = await episodes
     unit.downstream = {grid.index(*cell): result
                        for cell, result in zip(cells, results, strict=True)}
 
@@ -123,8 +131,10 @@ async def _evolving(ctx: PipelineContext, clock: IOClock, grid: Grid, tasks: lis
     assembled = assemble(ctx, units, grid, tag)
     ctx.library.append(assembled.records)
     wall = time.perf_counter() - started
-    return assembled, rollout_metrics(units, assembled, clock, StageTimes.of(units, wall),
-                                      retrieved)
+    metrics = rollout_metrics(units, assembled, clock, StageTimes.of(units, wall), retrieved)
+    if ctx.cfg.pipeline.skill_use == "teacher":
+        metrics.update(teacher_metrics(units))
+    return assembled, metrics
 
 
 async def run_training_rollout(ctx: PipelineContext, rows: Sequence[Mapping[str, Any]], *,

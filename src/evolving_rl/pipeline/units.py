@@ -1,9 +1,10 @@
 """Records of one training rollout, shared by `rollout`, `assembly` and `metrics`.
 
 Owns `SourceUnit` (one source task and everything the rollout produced from it: its source
-episode, its N extractions, its retrieved tasks and its downstream episodes by grid flat index)
-and `Retrieved` (the batch's one retrieval answer: the tasks found for every source task, or why
-the request failed).
+episode, its N extractions, its retrieved tasks and its downstream episodes by grid flat index),
+`Student` (under `pipeline.skill_use: teacher`, one no-skill episode on a retrieved task and
+its teacher log-probs per card) and `Retrieved` (the batch's one retrieval answer: the tasks
+found for every source task, or why the request failed).
 """
 
 from __future__ import annotations
@@ -25,6 +26,18 @@ class Retrieved:
 
 
 @dataclass
+class Student:
+    """A no-skill episode on retrieved task `rank`, and per skill index the log-probs of its
+    response tokens with that skill's card in the prompt (0.0 off the loss mask)."""
+
+    rank: int
+    repeat: int
+    result: EpisodeResult
+    teacher: dict[int, list[float]] = field(default_factory=dict)
+    score_failures: int = 0
+
+
+@dataclass
 class SourceUnit:
     """One source task and everything the rollout produced from it."""
 
@@ -34,6 +47,7 @@ class SourceUnit:
     extractions: list[Extraction] = field(default_factory=list)
     retrieved: list[TaskSpec] = field(default_factory=list)
     downstream: dict[int, EpisodeResult] = field(default_factory=dict)  # grid flat index
+    students: list[Student] = field(default_factory=list)  # skill_use: teacher
 
     @property
     def key(self) -> str:

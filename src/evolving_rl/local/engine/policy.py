@@ -7,7 +7,8 @@ requests that arrive join the running batch at the next step (up to `max_batch` 
 finished row's result is handed back at once. The event loop is never blocked: env and retrieval I/O
 of other episodes proceed while the model runs. `generate_batch` decodes a list of prompts
 synchronously through the same decoder (tests, benchmarks); do not call it while the engine thread
-is serving.
+is serving. `score` (the teacher's log-probs, docs/design.md §4.6) is a forward pass the engine
+thread runs between decode steps (`scoring.score_tokens`), so it never races the decoder.
 
 Returned ids are exactly the sampled ones; returned log-probs are the raw model's (temperature
 1, before top-k/top-p), which is what the trainer recomputes (`local.trainer.token_log_probs`). A KV
@@ -43,6 +44,7 @@ from evolving_rl.clients.policy import FinishReason, Generation, PolicyError, Sa
 from evolving_rl.local.engine.decoder import Decoder, DecodeStats
 from evolving_rl.local.engine.kv_cache import PrefixCache, full_attention_only
 from evolving_rl.local.engine.linear_layout import use_transposed_weights
+from evolving_rl.local.engine.scoring import score_tokens
 from evolving_rl.local.engine.slot_engine import SlotEngine
 from evolving_rl.local.engine.static_decode import StaticDecoder
 
@@ -57,12 +59,22 @@ class _Request:
     loop: asyncio.AbstractEventLoop
 
 
-def _resolve(future: asyncio.Future[Generation], generation: Generation) -> None:
+@dataclass
+class _Score:
+    """One pending `score` call: the ids, where scoring starts, and who awaits it."""
+
+    token_ids: list[int]
+    start: int
+    future: asyncio.Future[list[float]]
+    loop: asyncio.AbstractEventLoop
+
+
+def _resolve(future: asyncio.Future[Any], generation: Any) -> None:
     if not future.done():  # the episode may have been cancelled meanwhile
         future.set_result(generation)
 
 
-def _reject(future: asyncio.Future[Generation], error: PolicyError) -> None:
+def _reject(future: asyncio.Future[Any], error: PolicyError) -> None:
     if not future.done():
         future.set_exception(error)
 
@@ -104,6 +116,7 @@ class LocalPolicy:
         self._eos = eos_ids(model, tokenizer)
         self.stats = DecodeStats()
         self._pending: deque[_Request] = deque()
+        self._scoring: deque[_Score] = deque()
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -125,20 +138,50 @@ class LocalPolicy:
             return Generation((), (), FinishReason.LENGTH)
         loop = asyncio.get_running_loop()
         request = _Request(list(prompt_ids), sampling, loop.create_future(), loop)
+        self._submit(self._pending, request)
+        return await request.future
+
+    async def score(self, token_ids: list[int], start: int,
+                    temperature: float = 1.0) -> list[float]:
+        """Raw-model log-probs of `token_ids[start:]` (temperature 1 whatever `temperature`: the
+        local backend's sampled log-probs are raw too, see the module docstring)."""
+        loop = asyncio.get_running_loop()
+        request = _Score(list(token_ids), start, loop.create_future(), loop)
+        self._submit(self._scoring, request)
+        return await request.future
+
+    def _submit(self, queue: deque[Any], request: Any) -> None:
+        """Queue a request for the engine thread, starting the thread if it is not running."""
         with self._wake:
-            self._pending.append(request)
+            queue.append(request)
             if self._thread is None:
                 self._stopping = False
                 self._thread = threading.Thread(target=self._serve, name="local-policy",
                                                 daemon=True)
                 self._thread.start()
             self._wake.notify()
-        return await request.future
+
+    def _score_pending(self) -> None:
+        """Answer every queued `score` call (engine thread, between decode steps)."""
+        while True:
+            with self._wake:
+                if not self._scoring:
+                    return
+                request = self._scoring.popleft()
+            if request.future.done():
+                continue
+            try:
+                values = score_tokens(self.model, request.token_ids, request.start)
+            except (RuntimeError, ValueError) as error:
+                logger.error("local scoring failed: %s", error)
+                request.loop.call_soon_threadsafe(_reject, request.future, PolicyError(str(error)))
+            else:
+                request.loop.call_soon_threadsafe(_resolve, request.future, values)
 
     def _next_requests(self, running: int) -> list[_Request] | None:
         """Requests to admit now ([] while decoding with nothing new); None when stopping."""
         with self._wake:
-            while not self._pending and not running and not self._stopping:
+            while not (self._pending or self._scoring) and not running and not self._stopping:
                 self._wake.wait()
             if self._stopping:
                 return None
@@ -157,6 +200,7 @@ class LocalPolicy:
         decoder = self.make_decoder(lambda request, generation: request.loop.call_soon_threadsafe(
             _resolve, request.future, generation))
         while (taken := self._next_requests(len(decoder))) is not None:
+            self._score_pending()
             try:
                 if taken:
                     decoder.admit([(r, r.prompt_ids, r.sampling) for r in taken])
@@ -220,8 +264,9 @@ class LocalPolicy:
             self._stopping = True
             self._wake.notify()
             thread, self._thread = self._thread, None
-            pending = list(self._pending)
+            pending = [*self._pending, *self._scoring]
             self._pending.clear()
+            self._scoring.clear()
         if thread is not None:
             await asyncio.to_thread(thread.join)
         for request in pending:
