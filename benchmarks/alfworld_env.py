@@ -154,7 +154,7 @@ def start_servers(args, root: Path, run_dir: Path) -> tuple[str, Config]:
     overrides = [f"alfworld.data_root={root}", f"alfworld.router_port={router}",
                  f"alfworld.worker_base_port={base}", f"alfworld.n_workers={args.workers}",
                  f"alfworld.log_dir={run_dir / 'logs'}",
-                 f"alfworld.capacity_per_worker={args.capacity}"]
+                 f"alfworld.capacity={args.capacity}"]
     cfg = load_config(args.config, overrides)
     launch.start(cfg)
     return f"http://127.0.0.1:{router}", cfg

@@ -59,7 +59,7 @@ class WorkerPool:
                  http: urllib3.PoolManager) -> None:
         self.cfg, self._worker_cmd, self._http = cfg, worker_cmd, http
         self.workers = [WorkerHandle(i, f"http://{cfg.host}:{cfg.worker_base_port + i}",
-                                     cfg.capacity_per_worker) for i in range(cfg.n_workers)]
+                                     cfg.capacity) for i in range(cfg.n_workers)]
         self._lock = threading.Lock()
         self._stop = threading.Event()
 

@@ -153,13 +153,13 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s router %(levelname)s %(message)s")
     exit_on_sigterm()
     write_pid_file(Path(cfg.log_dir) / "router.pid")
-    http = urllib3.PoolManager(maxsize=cfg.threads_per_server * 2, block=False)
+    http = urllib3.PoolManager(maxsize=cfg.threads * 2, block=False)
     pool = WorkerPool(cfg, worker_command(config_arguments(config), os.getpid()), http)
     try:
         pool.start_all()
         threading.Thread(target=pool.supervise, daemon=True, name="supervise").start()
         make_server(create_app(cfg, pool, Upstream(http)), host=cfg.host,
-                    port=cfg.router_port, threads=cfg.threads_per_server,
+                    port=cfg.router_port, threads=cfg.threads,
                     max_body_bytes=2 * cfg.max_body_bytes, channel_request_lookahead=1,
                     ident="alfworld-router").run()
     finally:

@@ -77,7 +77,7 @@ def create_app(cfg: AlfworldConfig, engine: Engine, table: EpisodeTable) -> Flas
         body: dict[str, Any] = {
             "ok": True, "worker": table.worker_index, "boot": table.boot, "pid": os.getpid(),
             "live_episodes": len(table), "reserved": table.reserved,
-            "capacity": cfg.capacity_per_worker, "cached_games": engine.cached_games,
+            "capacity": cfg.capacity, "cached_games": engine.cached_games,
             "translations": engine.translations, "evicted": table.evicted,
             "dropped_resets": table.dropped_resets, "rss_bytes": rss_bytes(),
             "translator_pids": engine.translator_pids()}
@@ -130,14 +130,14 @@ def main(argv: list[str] | None = None) -> None:
     exit_on_sigterm()
     write_pid_file(Path(cfg.log_dir) / f"worker-{args.index}.pid")
     engine = Engine(cfg.translation_cache_games)
-    table = EpisodeTable(args.index, cfg.capacity_per_worker, cfg.episode_ttl_s,
+    table = EpisodeTable(args.index, cfg.capacity, cfg.episode_ttl_s,
                          cfg.retry_after_s)
     stop = threading.Event()
     threading.Thread(target=_housekeeping, daemon=True, name="housekeeping",
                      args=(table, cfg.episode_ttl_s, args.parent_pid, stop)).start()
     try:
         make_server(create_app(cfg, engine, table), host=cfg.host,
-                    port=cfg.worker_base_port + args.index, threads=cfg.threads_per_server,
+                    port=cfg.worker_base_port + args.index, threads=cfg.threads,
                     max_body_bytes=2 * cfg.max_body_bytes, channel_request_lookahead=1,
                     ident="alfworld-worker").run()
     finally:

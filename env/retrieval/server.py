@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     app = create_app(index, encoder, cfg)
     try:
-        server = make_server(app, host=cfg.host, port=cfg.port, threads=cfg.threads_per_server,
+        server = make_server(app, host=cfg.host, port=cfg.port, threads=cfg.threads,
                              max_body_bytes=4 * cfg.max_body_bytes, ident="retrieval",
                              error_body=lambda status, message: {"error": message,
                                                                  "status": status})
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     logger.info("serving %d tasks (%s, %d-d) on http://%s:%d with %d threads; config %s",
                 index.size, index.model, index.dimension, cfg.host, cfg.port,
-                cfg.threads_per_server, dataclasses.asdict(cfg))
+                cfg.threads, dataclasses.asdict(cfg))
     server.run()
     logger.info("retrieval server on port %d stopped", cfg.port)
     return 0

@@ -25,8 +25,14 @@
 # SLIME_DIR [<repo>/slime].
 set -euo pipefail
 
-eval_usage() {
-    sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+header() {  # <file>: its header comment (after the shebang, up to the first code line), unmarked
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$1"
+}
+
+eval_usage() {  # the calling script's header, then this file's
+    header "$0"
+    echo
+    header "${BASH_SOURCE[0]}"
 }
 
 eval_fail() {

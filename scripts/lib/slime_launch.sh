@@ -52,6 +52,13 @@
 # servers via their launchers' PID files. Nothing is killed by name. The servers run from the
 # repo root, so relative paths in the config are relative to it.
 
+slime_usage() {  # the calling script's header, then this file's (after the shellcheck line)
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+    echo
+    awk 'NR > 2 && /^#/ { sub(/^# ?/, ""); print; next } NR > 2 { exit }' "${BASH_SOURCE[0]}"
+}
+case "${1:-}" in -h|--help) slime_usage; exit 0 ;; esac
+
 SLIME_DIR="$(realpath -m "${SLIME_DIR:-$ROOT/slime}")"
 MEGATRON_DIR="${MEGATRON_DIR:-/root/Megatron-LM}"
 MODEL_DIR="$(realpath -m "${MODEL_DIR:-$ROOT/models/Qwen2.5-7B-Instruct}")"

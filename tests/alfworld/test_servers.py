@@ -27,7 +27,7 @@ def _wait(predicate, timeout_s: float = 20.0, period_s: float = 0.2) -> bool:
 
 @pytest.fixture(scope="module")
 def servers(launch_servers):
-    return launch_servers(n_workers=2, capacity_per_worker=4, episode_ttl_s=120)
+    return launch_servers(n_workers=2, capacity=4, episode_ttl_s=120)
 
 
 def test_walkthrough_wins_through_router(servers, alfworld_games):

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import inspect
+import pkgutil
+import re
+import typing
 from pathlib import Path
 
 import pytest
 
-from evolving_rl.config import Config, ConfigError, load_config, parse_config, to_dict
-from evolving_rl.config.schema import RewardConfig
+from evolving_rl import core
+from evolving_rl.config import Config, ConfigError, load_config, parse_config, schema, to_dict
 from evolving_rl.core.audit import AuditConfig
+from evolving_rl.core.bounds import BOUNDS
 from evolving_rl.core.rewards import RewardSettings
-from evolving_rl.core.roles import RoleWeights
+from evolving_rl.core.roles import RoleCoefficients, RoleWeights
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = sorted((ROOT / "configs").glob("*.yaml"))
@@ -158,26 +164,16 @@ def test_audit_settings_reach_the_core_config() -> None:
                for f in dataclasses.fields(AuditConfig))
 
 
-@pytest.mark.parametrize(("name", "owner", "core_name"), [
-    ("format_penalty", RewardSettings, "format_penalty"),
-    ("audit_penalty", RewardSettings, "audit_penalty"),
-    ("invalid_action_penalty", RewardSettings, "invalid_action_penalty"),
-    ("advantage_eps", RewardSettings, "advantage_eps"),
-    ("drop_zero_variance_groups", RewardSettings, "drop_zero_variance_groups"),
-    ("solver_weight", RoleWeights, "solver"),
-    ("extractor_weight", RoleWeights, "extractor"),
-])
-def test_reward_fields_take_the_core_default_and_bounds(name, owner, core_name) -> None:
-    schema = {f.name: f for f in dataclasses.fields(RewardConfig)}
-    core = {f.name: f for f in dataclasses.fields(owner)}[core_name]
-    assert (schema[name].default, dict(schema[name].metadata)) == (
-        core.default, dict(core.metadata))
-
-
-def test_every_reward_field_is_a_core_one() -> None:
-    core = {f.name for f in dataclasses.fields(RewardSettings)} - {"role_weights"}
-    assert {f.name for f in dataclasses.fields(RewardConfig)} == core | {
-        "solver_weight", "extractor_weight"}
+def test_the_rewards_section_is_the_core_settings_type() -> None:
+    """Declared once: the YAML keys are `RewardSettings`' fields, its bounds the loader's."""
+    cfg = parse_config({"rewards": {"solver_weight": 0.7, "extractor_weight": 0.5}})
+    assert type(cfg.rewards) is RewardSettings and Config.__dataclass_fields__[
+        "rewards"].type in ("RewardSettings", RewardSettings)
+    assert cfg.rewards.role_weights == RoleWeights(solver=0.7, extractor=0.5)
+    with pytest.raises(ConfigError, match="'rewards.extractor_weight'.*must be >= 0.0"):
+        parse_config({"rewards": {"extractor_weight": -0.1}})
+    with pytest.raises(ConfigError, match="'rewards.solver_weight'.*must be finite"):
+        parse_config({"rewards": {"solver_weight": float("inf")}})
 
 
 def test_method_and_tensorboard_switches() -> None:
@@ -186,3 +182,94 @@ def test_method_and_tensorboard_switches() -> None:
     cfg = load_config(ROOT / "configs/alfworld.yaml",
                       overrides=["pipeline.method=grpo_baseline", "run.tensorboard=false"])
     assert cfg.pipeline.method == "grpo_baseline" and cfg.run.tensorboard is False
+
+
+def _config_types(cls: type, seen: dict[type, None]) -> dict[type, None]:
+    """`cls` and every dataclass its fields hold (tuples of them too), each once, in order."""
+    seen.setdefault(cls, None)
+    for hint in typing.get_type_hints(cls).values():
+        for tp in (hint, *typing.get_args(hint)):
+            if dataclasses.is_dataclass(tp) and tp not in seen:
+                _config_types(tp, seen)
+    return seen
+
+
+def _core_types() -> list[type]:
+    """Every dataclass defined in `evolving_rl.core`."""
+    modules = [importlib.import_module(f"evolving_rl.core.{info.name}")
+               for info in pkgutil.iter_modules(core.__path__)]
+    return [tp for module in modules for tp in vars(module).values()
+            if dataclasses.is_dataclass(tp) and tp.__module__ == module.__name__]
+
+
+def _declared(tp: type) -> frozenset[str]:
+    """The fields `tp` declares itself (not those it inherits)."""
+    own = tp.__dict__.get("__annotations__", {})
+    return frozenset(f.name for f in dataclasses.fields(tp) if f.name in own)
+
+
+def test_no_two_config_dataclasses_declare_the_same_fields() -> None:
+    """Each setting declared once: no config section or core dataclass declares the field set
+    of another (a copy of a core type, or one shape under two names); a section that is a core
+    type embeds or extends it."""
+    sections = list(_config_types(Config, {}))
+    assert RewardSettings in sections and RoleCoefficients in sections
+    by_fields: dict[frozenset[str], set[str]] = {}
+    for tp in dict.fromkeys([*sections, *_core_types()]):
+        if _declared(tp):
+            by_fields.setdefault(_declared(tp), set()).add(tp.__qualname__)
+    assert [sorted(names) for names in by_fields.values() if len(names) > 1] == []
+
+
+def test_no_setting_is_declared_in_a_section_and_in_core() -> None:
+    """A setting with bounds is declared in core or in the schema, never in both."""
+    core_types = set(_core_types())
+    core_bounded = {f.name for tp in core_types for f in dataclasses.fields(tp)
+                    if f.name in _declared(tp) and f.metadata.get(BOUNDS)}
+    schema_bounded = {f.name for tp in _config_types(Config, {}) if tp not in core_types
+                      for f in dataclasses.fields(tp) if f.name in _declared(tp)
+                      and f.metadata.get(BOUNDS)}
+    assert core_bounded and core_bounded & schema_bounded == set()
+
+
+def test_section_docstrings_leave_their_fields_to_comments() -> None:
+    """The schema's one convention of field documentation (config/schema.py's docstring): a
+    field is documented by a comment above it, not in its section's docstring."""
+    for tp in _config_types(Config, {}):
+        if tp.__module__ == schema.__name__:
+            named = set(re.findall(r"`(\w+)`", inspect.getdoc(tp) or ""))
+            assert named & _declared(tp) == set(), tp.__name__
+
+
+def test_server_sections_share_one_settings_type() -> None:
+    """`threads`, `max_body_bytes`, `capacity`, the TTL and the launcher's waits: one name and
+    one declaration (bounds included) in every server section, whose defaults may differ."""
+    cfg = parse_config({})
+    for section, shared_type in ((cfg.alfworld, schema.EpisodeServerSettings),
+                                 (cfg.mind2web, schema.EpisodeServerSettings),
+                                 (cfg.retrieval, schema.ServerSettings)):
+        assert isinstance(section, shared_type)
+        shared = {f.name: f for f in dataclasses.fields(shared_type)}
+        for f in dataclasses.fields(section):
+            if f.name in shared:
+                assert f.metadata == shared[f.name].metadata, f.name
+    assert (cfg.alfworld.capacity, cfg.mind2web.capacity) == (600, 1024)
+    assert (cfg.alfworld.start_timeout_s, cfg.mind2web.start_timeout_s) == (120.0, 300.0)
+    assert (cfg.alfworld.threads, cfg.retrieval.threads) == (16, 8)
+    with pytest.raises(ConfigError, match="'alfworld.threads': must be >= 1"):
+        parse_config({"alfworld": {"threads": 0}})
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("alfworld.threads_per_server", "alfworld.threads"),
+    ("retrieval.threads_per_server", "retrieval.threads"),
+    ("alfworld.capacity_per_worker", "alfworld.capacity"),
+])
+def test_a_renamed_key_fails_naming_its_new_key(old, new, tmp_path) -> None:
+    section, key = old.split(".")
+    path = _write(tmp_path, f"{section}:\n  {key}: 4\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == f"config key '{old}' in {path}: renamed: use '{new}'"
+    with pytest.raises(ConfigError, match=f"'{old}' in --set {old}=4: renamed: use '{new}'"):
+        load_config(ROOT / "configs/local_cpu.yaml", overrides=[f"{old}=4"])

@@ -113,7 +113,8 @@ def test_config_validation(kwargs):
 def test_default_config():
     assert RewardSettings() == RewardSettings(
         format_penalty=0.1, audit_penalty=0.0, invalid_action_penalty=0.0, advantage_eps=1e-6,
-        drop_zero_variance_groups=False, role_weights=RoleWeights(solver=1.0, extractor=0.2))
+        drop_zero_variance_groups=False, solver_weight=1.0, extractor_weight=0.2)
+    assert RewardSettings().role_weights == RoleWeights(solver=1.0, extractor=0.2)
 
 
 def test_mean_is_exact_for_many_scores():
@@ -149,26 +150,28 @@ def test_role_weights_applied_by_role():
     assert out == [1.0, pytest.approx(-0.4), None, pytest.approx(0.1)]
 
 
-def test_role_weight_lookup_and_defaults():
-    assert RoleWeights().weight(Role.SOLVER) == 1.0
-    assert RoleWeights().weight(Role.EXTRACTOR) == 0.2
-    assert RoleWeights(extractor=0.1).weight(Role.EXTRACTOR) == 0.1
+def test_role_weight_lookup():
+    assert RoleWeights(solver=1.0, extractor=0.1).of(Role.SOLVER) == 1.0
+    assert RoleWeights(solver=1.0, extractor=0.1).of(Role.EXTRACTOR) == 0.1
 
 
 def test_role_weights_length_mismatch():
     with pytest.raises(ValueError):
-        apply_role_weights([1.0], [Role.SOLVER, Role.SOLVER], RoleWeights())
+        apply_role_weights([1.0], [Role.SOLVER, Role.SOLVER], RewardSettings().role_weights)
 
 
 def test_unknown_role_rejected():
     with pytest.raises(ValueError):
-        apply_role_weights([1.0], ["critic"], RoleWeights())
+        apply_role_weights([1.0], ["critic"], RewardSettings().role_weights)
 
 
 @pytest.mark.parametrize("kwargs", [{"solver": -1.0}, {"extractor": math.nan}])
 def test_role_weight_validation(kwargs):
     with pytest.raises(ValueError):
-        RoleWeights(**kwargs)
+        RoleWeights(**{"solver": 1.0, "extractor": 0.2, **kwargs})
+    weights = {f"{role}_weight": value for role, value in kwargs.items()}
+    with pytest.raises(ValueError):
+        RewardSettings(**weights)
 
 
 def test_role_values():

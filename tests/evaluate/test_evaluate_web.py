@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import asdict
 from pathlib import Path
@@ -35,6 +36,7 @@ from evolving_rl.evaluate.runner import CASES_FILE, EvalRequest, run_evaluation
 from evolving_rl.pipeline.eval_records import CaseStore
 from evolving_rl.pipeline.evaluation import EvalProtocol
 from evolving_rl.pipeline.skill_library import SkillLibrary, SkillRecord
+from evolving_rl.retrieval import prepared
 from tests.fakes.checkpoint import checkpoint_spec
 from tests.fakes.scripted import SKILLS, ScriptedPolicy, skill_responder
 from tests.fakes.tokenizer import ByteChatTokenizer
@@ -178,3 +180,22 @@ def test_an_interrupted_run_resumes_to_the_same_report(web_eval, tmp_path):
     # the servers the runner started are gone
     assert read_pid(pid_file(cfg.mind2web)) is None
     assert asdict(whole) == asdict(resumed)
+
+
+def test_the_prepared_data_is_read_once_per_evaluation(web_eval, tmp_path, monkeypatch):
+    """Split rows, training types, the retrieval cache check and the task catalog share one
+    parse of each prepared file (`retrieval.prepared.PreparedData`)."""
+    cfg, book, _ = web_eval
+    reads: Counter[str] = Counter()
+    read = prepared.read_prepared
+
+    def counted(path):
+        reads[str(path)] += 1
+        return read(path)
+
+    monkeypatch.setattr(prepared, "read_prepared", counted)
+    request = EvalRequest(out_dir=tmp_path / "out", splits=SPLITS[:1], repeats=1, limit=2)
+    run_evaluation(cfg, checkpoint_spec(tmp_path / "step_0001"), request, _opener(book)[0])
+    files = {str(path) for path in Path(cfg.mind2web.prepared_dir).glob("*.jsonl")}
+    assert set(reads) == files and set(reads.values()) == {1}
+

@@ -24,6 +24,7 @@ from evolving_rl.config import load_config, parse_config
 from evolving_rl.local.job import archive_previous_run, eval_rows
 from evolving_rl.local.metrics import MetricsLog, group_variance
 from evolving_rl.local.plots import plot_run
+from evolving_rl.retrieval.prepared import PreparedData, PreparedDataError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,7 +79,10 @@ def test_eval_rows_round_robin_over_task_types(tmp_path):
         "".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     cfg = parse_config({"alfworld": {"prepared_dir": str(tmp_path)},
                         "local": {"n_eval_games": 3}})
-    assert [r["id"] for r in eval_rows(cfg)] == ["a0", "b0", "a1"]
+    assert [r["id"] for r in eval_rows(cfg, PreparedData.read(cfg))] == ["a0", "b0", "a1"]
+    (tmp_path / "valid_unseen.jsonl").rename(tmp_path / "train.jsonl")
+    with pytest.raises(PreparedDataError, match="no prepared split 'valid_unseen'.*: train\\)"):
+        eval_rows(cfg, PreparedData.read(cfg))
 
 
 def test_the_servers_get_the_jobs_config():

@@ -14,6 +14,7 @@ from env.launch import free_port
 from evolving_rl.config import load_config
 from evolving_rl.domains.registry import domain_for
 from evolving_rl.local.job import check_sampling, eval_rows
+from evolving_rl.retrieval.prepared import PreparedData
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = ROOT / "configs" / "local_cpu_web.yaml"
@@ -35,7 +36,8 @@ def test_web_eval_rows_come_from_the_registry_split(tmp_path):
             json.dumps(r) + "\n" for r in rows if r["metadata"]["split"] == split),
             encoding="utf-8")
     cfg = load_config(PROFILE, [f"mind2web.prepared_dir={tmp_path}", "local.n_eval_games=5"])
-    assert [r["id"] for r in eval_rows(cfg)] == ["travel/airlines0", "travel/airlines1"]
+    assert [r["id"] for r in eval_rows(cfg, PreparedData.read(cfg))] == [
+        "travel/airlines0", "travel/airlines1"]
 
 
 @pytest.mark.slow

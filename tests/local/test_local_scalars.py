@@ -16,7 +16,7 @@ from evolving_rl.local.scalars import TENSORBOARD_DIR, open_sinks, scalar_values
 
 RECORDS = [("eval", 0, {"phase": "before", "eval/all/with_skill_success_mean": 0.25}),
            ("train", 1, {"solver/reward_mean": 0.5, "groups/count": 4, "solver/nan": math.nan,
-                         "solver/flag": True}),
+                         "solver/flag": True, "train/kl": 0.01}),
            ("train", 2, {"solver/reward_mean": -0.125, "groups/count": 3}),
            ("eval", 2, {"phase": "after", "eval/all/with_skill_success_mean": 0.75})]
 
@@ -31,7 +31,13 @@ def _write_run(run, sinks):
 
 def test_scalar_values_keep_finite_numbers_only():
     assert scalar_values("train", RECORDS[1][2]) == {"train/solver/reward_mean": 0.5,
-                                                     "train/groups/count": 4.0}
+                                                     "train/groups/count": 4.0, "train/kl": 0.01}
+
+
+def test_a_metric_under_its_kind_is_not_prefixed_twice():
+    assert scalar_values("eval", RECORDS[0][2]) == {"eval/all/with_skill_success_mean": 0.25}
+    assert scalar_values("train", {"train/kl": 0.5, "eval/x": 1}) == {"train/kl": 0.5,
+                                                                      "train/eval/x": 1.0}
 
 
 def test_event_files_equal_the_jsonl(tmp_path):
@@ -45,7 +51,7 @@ def test_event_files_equal_the_jsonl(tmp_path):
         for tag, value in scalar_values(record["kind"], metrics).items():
             expected.setdefault(tag, []).append((record["step"], value))
     assert sorted(events.Tags()["scalars"]) == sorted(expected)
-    assert "train/time_s" not in expected and len(expected) == 3
+    assert "train/time_s" not in expected and len(expected) == 4
     for tag, points in expected.items():
         got = [(e.step, e.value) for e in events.Scalars(tag)]
         assert [s for s, _ in got] == [s for s, _ in points]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from matplotlib.colors import to_hex
 
 from evolving_rl.config import load_config
+from evolving_rl.domains.registry import domain_for
 from evolving_rl.evaluate import report
 from evolving_rl.local import plots
 from evolving_rl.local.plot_style import colour, plt, reward_subtitle
@@ -52,8 +53,15 @@ def test_evaluation_chart_uses_the_same_arm_colours(tmp_path, monkeypatch):
 
 
 def test_the_subtitle_names_the_penalties_that_make_rewards_negative():
-    rewards = load_config("configs/local_cpu.yaml").rewards
-    text = reward_subtitle(rewards)
+    cfg = load_config("configs/local_cpu.yaml")
+    text = reward_subtitle(cfg.rewards, domain_for(cfg).invalid_actions)
     assert "0.2 × share of inadmissible actions" in text and "0.1 for an unparseable skill" in text
-    assert reward_subtitle(type(rewards)(format_penalty=0.0)) == (
+    assert reward_subtitle(type(cfg.rewards)(format_penalty=0.0), "x") == (
         "solver reward = success; extractor reward = mean downstream success of its skill")
+
+
+def test_the_mind2web_subtitle_uses_its_own_words():
+    cfg = load_config("configs/local_cpu_web.yaml",
+                      overrides=["rewards.invalid_action_penalty=0.5"])
+    text = reward_subtitle(cfg.rewards, domain_for(cfg).invalid_actions)
+    assert "0.5 × share of unreadable actions" in text and "inadmissible" not in text

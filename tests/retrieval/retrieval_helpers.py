@@ -21,7 +21,7 @@ def write_config(folder: Path, prepared_dir: Path, **retrieval) -> Path:
     section = {"model": "minilm", "prepared_dir": str(prepared_dir),
                "cache_path": str(folder / "cache.npz"), "log_dir": str(folder / "logs"),
                "max_k": MAX_K, "max_batch_queries": MAX_QUERIES, "max_body_bytes": MAX_BODY,
-               "threads_per_server": 4, "port": free_port(), **retrieval}
+               "threads": 4, "port": free_port(), **retrieval}
     path = folder / "config.yaml"
     path.write_text(yaml.safe_dump({"environment": "alfworld", "retrieval": section}))
     return path

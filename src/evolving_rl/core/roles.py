@@ -1,5 +1,10 @@
-"""The two roles of the shared policy and their advantage weights (λ_s for the solver, λ_e for the
-extractor; reference values 1.0 and 0.2 for ALFWorld, 1.0 and 0.1 for Mind2Web).
+"""The two roles of the shared policy, one number per role, and their advantage weights.
+
+`RoleCoefficients` is a number per role (the config's per-role loss coefficients,
+`loss.kl_coef` and `loss.entropy_coef`, are of this type); `RoleWeights` are such numbers that
+scale GRPO advantages (λ_s for the solver, λ_e for the extractor; reference values 1.0 and 0.2
+for ALFWorld, 1.0 and 0.1 for Mind2Web), whose defaults and bounds are settings declared in
+`core.rewards.RewardSettings`.
 """
 
 from __future__ import annotations
@@ -8,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evolving_rl.core.bounds import FieldError, bounded, check_bounds
+from evolving_rl.core.bounds import FieldError
 from evolving_rl.core.strenum import StrEnum
 
 
@@ -18,20 +23,26 @@ class Role(StrEnum):
 
 
 @dataclass(frozen=True)
-class RoleWeights:
-    """Multipliers applied to GRPO advantages by role (after group normalisation)."""
+class RoleCoefficients:
+    """One coefficient per role."""
 
-    solver: float = bounded(1.0, ge=0.0)
-    extractor: float = bounded(0.2, ge=0.0)
+    solver: float = 0.0
+    extractor: float = 0.0
+
+    def of(self, role: Role) -> float:
+        return self.solver if role is Role.SOLVER else self.extractor
+
+
+@dataclass(frozen=True)
+class RoleWeights(RoleCoefficients):
+    """Multipliers applied to GRPO advantages by role (after group normalisation): finite and
+    non-negative (`RewardSettings.role_weights` makes them from the settings)."""
 
     def __post_init__(self) -> None:
-        check_bounds(self)
         for name in ("solver", "extractor"):
-            if not math.isfinite(getattr(self, name)):
-                raise FieldError(name, f"must be finite, got {getattr(self, name)}")
-
-    def weight(self, role: Role) -> float:
-        return self.solver if role is Role.SOLVER else self.extractor
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise FieldError(name, f"must be finite and >= 0, got {value}")
 
 
 def apply_role_weights(
@@ -41,6 +52,6 @@ def apply_role_weights(
     if len(advantages) != len(roles):
         raise ValueError(f"{len(advantages)} advantages but {len(roles)} roles")
     return [
-        None if advantage is None else advantage * weights.weight(Role(role))
+        None if advantage is None else advantage * weights.of(Role(role))
         for advantage, role in zip(advantages, roles, strict=True)
     ]

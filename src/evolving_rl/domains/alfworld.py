@@ -228,4 +228,5 @@ def alfworld_url(cfg: Config) -> str:
 DOMAIN = Domain(name="alfworld", adapter=make_alfworld_adapter, env_url=alfworld_url,
                 eval_split="valid_unseen", eval_splits=("valid_seen", "valid_unseen"),
                 services="env.alfworld.service",
-                prepare_command="bash scripts/alfworld/prepare_data.sh")
+                prepare_command="bash scripts/alfworld/prepare_data.sh",
+                invalid_actions="inadmissible actions")

@@ -217,3 +217,4 @@ class Domain:
     services: str  # dotted name of its server-side module: `prepare_data(cfg)`, `serve(cfg)`
     eval_splits: tuple[str, ...] = ()  # the test splits a checkpoint evaluation covers
     prepare_command: str = ""  # what a user runs to prepare its data (named in errors)
+    invalid_actions: str = "invalid actions"  # what the invalid-action penalty counts (reports)

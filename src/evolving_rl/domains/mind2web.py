@@ -346,4 +346,5 @@ DOMAIN = Domain(name="mind2web", adapter=make_mind2web_adapter, env_url=mind2web
                 eval_split="test_task",
                 eval_splits=("test_task", "test_website", "test_domain"),
                 services="env.mind2web.service",
-                prepare_command="bash scripts/web/prepare_data.sh")
+                prepare_command="bash scripts/web/prepare_data.sh",
+                invalid_actions="unreadable actions (no tag, empty or malformed)")

@@ -13,8 +13,9 @@ configured environment; an `environment` with no entry here fails at startup wit
   `DOMAIN = Domain(...)`: `name`, `adapter(cfg, lenient)` (a new adapter; `lenient` action
   parsing for small models), `env_url(cfg)` (its env server's base URL), `eval_split` (the
   held-out split the local job evaluates on), `eval_splits` (those a checkpoint evaluation
-  covers), `prepare_command` (what a user runs to prepare its data) and `services` (the dotted
-  name of its server-side module);
+  covers), `prepare_command` (what a user runs to prepare its data), `invalid_actions` (what
+  `rewards.invalid_action_penalty` counts, in a report's words) and `services` (the dotted name
+  of its server-side module);
 - that server-side module (`env/<name>/...`) with `prepare_data(cfg)` (write the prepared splits
   into `prepared_dir`, generating or fetching data when needed; the local job's first stage) and
   `serve(cfg)` (a context manager running its env servers for the block and stopping them, by

@@ -49,12 +49,7 @@ from evolving_rl.pipeline.evaluation import (
     evaluate_cases,
 )
 from evolving_rl.pipeline.skill_library import SkillLibrary
-from evolving_rl.retrieval.prepared import (
-    PreparedRow,
-    environment_prepared_dir,
-    read_split,
-    round_robin,
-)
+from evolving_rl.retrieval.prepared import PreparedData, environment_prepared_dir, round_robin
 
 logger = logging.getLogger(__name__)
 
@@ -89,23 +84,25 @@ class EvalRequest:
             raise ValueError("the library protocol needs --library (a skill_library.jsonl)")
 
 
-def _split_rows(cfg: Config, split: str) -> list[PreparedRow]:
+def _read_prepared(cfg: Config, request: EvalRequest) -> PreparedData:
+    """The prepared data, each file parsed once; a split the request needs must be there."""
     prepared = environment_prepared_dir(cfg)
-    if not (Path(prepared) / f"{split}.jsonl").is_file():
-        raise MissingSplitError(
-            f"no prepared split {split!r} in {prepared}: prepare the {cfg.environment} data "
-            f"first ({domain_for(cfg).prepare_command}; the README says how)")
-    return list(read_split(prepared, split))
+    for split in (*request.splits, request.train_split):
+        if not (Path(prepared) / f"{split}.jsonl").is_file():
+            raise MissingSplitError(
+                f"no prepared split {split!r} in {prepared}: prepare the {cfg.environment} data "
+                f"first ({domain_for(cfg).prepare_command}; the README says how)")
+    return PreparedData.read(cfg)
 
 
 @contextlib.contextmanager
-def _services(cfg: Config, start: bool) -> Iterator[None]:
+def _services(cfg: Config, start: bool, prepared: PreparedData) -> Iterator[None]:
     if not start:
         yield
         return
     from evolving_rl.local.servers import build_retrieval_cache, servers
 
-    build_retrieval_cache(cfg)
+    build_retrieval_cache(cfg, prepared)
     with servers(cfg):
         yield
 
@@ -117,13 +114,14 @@ def _adapter(cfg: Config) -> EnvironmentAdapter:
 
 
 async def _evaluate(cfg: Config, opener: PolicyOpener, request: EvalRequest,
-                    rows: dict[str, list[dict[str, Any]]], train_types: frozenset[str],
-                    store: CaseStore) -> dict[str, dict[str, dict[str, float]]]:
+                    prepared: PreparedData, rows: dict[str, list[dict[str, Any]]],
+                    train_types: frozenset[str], store: CaseStore
+                    ) -> dict[str, dict[str, dict[str, float]]]:
     library = SkillLibrary(request.library) if request.library else None
     results: dict[str, dict[str, dict[str, float]]] = {}
     async with opener() as (policy, tokenizer):
         ctx = await build_context(cfg, policy, tokenizer, adapter=_adapter(cfg),
-                                  run_dir=request.out_dir)
+                                  run_dir=request.out_dir, prepared=prepared)
 
         async def one(split: str, protocol: EvalProtocol) -> None:
             plan = EvalPlan(protocol=protocol, split=split,
@@ -162,8 +160,10 @@ def run_evaluation(cfg: Config, spec: PolicySpec, request: EvalRequest,
     adapter = _adapter(cfg)
     for protocol in request.protocols:
         check_supported(adapter, protocol)
-    rows = {split: round_robin(_split_rows(cfg, split), request.limit) for split in request.splits}
-    train_types = frozenset(row.task_type for row in _split_rows(cfg, request.train_split))
+    prepared = _read_prepared(cfg, request)
+    rows = {split: round_robin(prepared.environment[split], request.limit)
+            for split in request.splits}
+    train_types = frozenset(row.task_type for row in prepared.environment[request.train_split])
     key = eval_key(cfg, spec, request.splits, request.train_split, request.retrieval_split,
                    request.library)
     store = CaseStore(request.out_dir / CASES_FILE, key.key)
@@ -177,9 +177,9 @@ def run_evaluation(cfg: Config, spec: PolicySpec, request: EvalRequest,
         store.path.unlink(missing_ok=True)
     store.set_aside()
     request.out_dir.mkdir(parents=True, exist_ok=True)
-    with _services(cfg, request.start_servers):
+    with _services(cfg, request.start_servers, prepared):
         results = asyncio.run(_evaluate(cfg, opener or (lambda: open_policy(spec, cfg)), request,
-                                        rows, train_types, store))
+                                        prepared, rows, train_types, store))
     return EvalOutcome(results, train_types, key)
 
 

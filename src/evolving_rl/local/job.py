@@ -51,11 +51,11 @@ from tqdm import tqdm
 
 from evolving_rl.clients.tokenizer import HFChatTokenizer
 from evolving_rl.config import ConfigError, to_dict
-from evolving_rl.config.schema import Config
+from evolving_rl.config.schema import Config, LocalConfig
 from evolving_rl.domains.registry import domain_for
 from evolving_rl.local.engine import LocalPolicy
 from evolving_rl.local.metrics import MetricsLog, group_variance
-from evolving_rl.local.model import load_model, load_tokenizer, resolve_model_path
+from evolving_rl.local.model import frozen_copy, load_model, load_tokenizer, resolve_model_path
 from evolving_rl.local.plot_style import reward_subtitle
 from evolving_rl.local.plots import plot_run
 from evolving_rl.local.preflight import preflight
@@ -65,12 +65,7 @@ from evolving_rl.local.trainer import GRPOTrainer, seed_everything
 from evolving_rl.pipeline.context import PipelineContext, build_context, make_adapter
 from evolving_rl.pipeline.evaluation import EvalPlan, EvalProtocol, run_eval
 from evolving_rl.pipeline.rollout import run_training_rollout
-from evolving_rl.retrieval.prepared import (
-    environment_prepared_dir,
-    read_split,
-    round_robin,
-    split_rows,
-)
+from evolving_rl.retrieval.prepared import PreparedData, round_robin
 
 logger = logging.getLogger(__name__)
 
@@ -97,11 +92,10 @@ def timed(result: JobResult, stage: str) -> Iterator[None]:
     logger.info("stage %s done in %.1fs", stage, result.stage_s[stage])
 
 
-def eval_rows(cfg: Config) -> list[dict[str, Any]]:
+def eval_rows(cfg: Config, prepared: PreparedData) -> list[dict[str, Any]]:
     """`local.n_eval_games` tasks of the environment's held-out split, taken round-robin over
     task types (deterministic)."""
-    rows = read_split(environment_prepared_dir(cfg), domain_for(cfg).eval_split)
-    return round_robin(rows, cfg.local.n_eval_games)
+    return round_robin(prepared.split(domain_for(cfg).eval_split), cfg.local.n_eval_games)
 
 
 @dataclass
@@ -113,6 +107,15 @@ class Models:
     trainer: GRPOTrainer
 
 
+def reference_model(model: torch.nn.Module, path: Path, start: Path,
+                    local: LocalConfig) -> torch.nn.Module:
+    """The frozen KL reference, the initial weights in `path`: a copy of `model` when it was just
+    loaded from them (one load), loaded again when `model` resumes from a checkpoint `start`."""
+    if start == path:
+        return frozen_copy(model)
+    return load_model(path, local.device, local.dtype, trainable=False)
+
+
 def load_models(cfg: Config) -> Models:
     local = cfg.local
     path = resolve_model_path(local.model, local.models_dir)
@@ -120,7 +123,7 @@ def load_models(cfg: Config) -> Models:
     start = Path(local.resume_from) if local.resume_from else path
     model = load_model(start, local.device, local.dtype)
     uses_kl = cfg.loss.kl_coef.solver > 0 or cfg.loss.kl_coef.extractor > 0
-    ref = load_model(path, local.device, local.dtype, trainable=False) if uses_kl else None
+    ref = reference_model(model, path, start, local) if uses_kl else None
     trainer = GRPOTrainer(model, ref, cfg.loss, local, int(tokenizer.pad_token_id))
     if local.resume_from:
         trainer.load_state(start)
@@ -133,21 +136,21 @@ def load_models(cfg: Config) -> Models:
     return Models(tokenizer, policy, trainer)
 
 
-def training_types(cfg: Config) -> frozenset[str]:
+def training_types(cfg: Config, prepared: PreparedData) -> frozenset[str]:
     """The task types training draws its source tasks from (`pipeline.retrieval_split`); the
     evaluations call every other type held out."""
-    rows = read_split(environment_prepared_dir(cfg), cfg.pipeline.retrieval_split)
-    return frozenset(row.task_type for row in rows)
+    return frozenset(row.task_type for row in prepared.split(cfg.pipeline.retrieval_split))
 
 
-async def _evaluate(ctx: PipelineContext, models: Models, cfg: Config, log: MetricsLog,
+async def _evaluate(ctx: PipelineContext, models: Models, log: MetricsLog, prepared: PreparedData,
                     phase: str) -> list[dict[str, Any]]:
     """Every protocol of the phase (`local.eval_protocols_<phase>`) at once on the held-out
     rows; returns their `eval` records, one a protocol (the policy's generation stats on the
     first)."""
+    cfg = ctx.cfg
     protocols = {"before": cfg.local.eval_protocols_before,
                  "after": cfg.local.eval_protocols_after}[phase]
-    rows, types = eval_rows(cfg), training_types(cfg)
+    rows, types = eval_rows(cfg, prepared), training_types(cfg, prepared)
     plans = [EvalPlan(protocol=EvalProtocol(protocol), train_types=types, progress=True,
                       retrieval_split=cfg.local.eval_retrieval_split or None)
              for protocol in protocols]
@@ -172,16 +175,16 @@ async def _train_step(ctx: PipelineContext, models: Models, cfg: Config, log: Me
     return log.write("train", trained.step, record)
 
 
-async def train_and_evaluate(cfg: Config, models: Models, log: MetricsLog,
-                             result: JobResult) -> None:
+async def train_and_evaluate(cfg: Config, models: Models, log: MetricsLog, result: JobResult,
+                             prepared: PreparedData) -> None:
     adapter = make_adapter(cfg, lenient=cfg.local.lenient_actions)
     ctx = await build_context(cfg, models.policy, HFChatTokenizer(models.tokenizer),
-                              adapter=adapter, run_dir=result.run_dir)
-    sources = split_rows(cfg, cfg.pipeline.retrieval_split)
+                              adapter=adapter, run_dir=result.run_dir, prepared=prepared)
+    sources = [row.as_dict() for row in prepared.split(cfg.pipeline.retrieval_split)]
     rng = random.Random(cfg.run.seed)
     try:
         with timed(result, "eval_before"):
-            result.before = await _evaluate(ctx, models, cfg, log, "before")
+            result.before = await _evaluate(ctx, models, log, prepared, "before")
         with timed(result, "training"):
             for _ in tqdm(range(cfg.local.train_steps), desc="training steps", unit="step"):
                 rows = rng.sample(sources, min(cfg.pipeline.source_tasks_per_rollout,
@@ -189,7 +192,7 @@ async def train_and_evaluate(cfg: Config, models: Models, log: MetricsLog,
                 result.train.append(await _train_step(ctx, models, cfg, log, rows))
                 _maybe_checkpoint(cfg, models, result)
         with timed(result, "eval_after"):
-            result.after = await _evaluate(ctx, models, cfg, log, "after")
+            result.after = await _evaluate(ctx, models, log, prepared, "after")
     finally:
         await models.policy.close()
         await ctx.close()
@@ -267,17 +270,18 @@ def run_job(cfg: Config) -> JobResult:
     log = MetricsLog.in_run_dir(result.run_dir, open_sinks(result.run_dir, cfg.run.tensorboard))
     with timed(result, "data"):
         services.prepare_data(cfg)
+        prepared = PreparedData.read(cfg)  # each file parsed once, passed to every stage
     with timed(result, "retrieval_cache"):
-        build_retrieval_cache(cfg)
+        build_retrieval_cache(cfg, prepared)
     with timed(result, "model"):
         models = load_models(cfg)
     with contextlib.ExitStack() as stack:
         with timed(result, "servers_start"):
             stack.enter_context(servers(cfg))
         stack.callback(log.close)
-        asyncio.run(train_and_evaluate(cfg, models, log, result))
+        asyncio.run(train_and_evaluate(cfg, models, log, result, prepared))
     with timed(result, "checkpoint"):
         _maybe_checkpoint(cfg, models, result, final=True)
     result.plot = plot_run(log.read(), result.run_dir / "rewards.png",
-                           reward_subtitle(cfg.rewards))
+                           reward_subtitle(cfg.rewards, domain_for(cfg).invalid_actions))
     return result

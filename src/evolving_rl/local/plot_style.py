@@ -21,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 from matplotlib.ticker import MaxNLocator, PercentFormatter  # noqa: E402
 
-from evolving_rl.config.schema import RewardConfig  # noqa: E402
+from evolving_rl.core.rewards import RewardSettings  # noqa: E402
 
 # One colour per thing plotted, whatever the figure (colour-blind safe Okabe-Ito hues).
 COLOURS = {
@@ -78,10 +78,11 @@ def bar_legend(ax: Any) -> None:
     ax.legend(fontsize=8, ncols=2, loc="upper center")
 
 
-def reward_subtitle(rewards: RewardConfig) -> str:
-    """What the rewards hold besides success, so that a negative reward reads as a penalty."""
+def reward_subtitle(rewards: RewardSettings, invalid_actions: str) -> str:
+    """What the rewards hold besides success, so that a negative reward reads as a penalty;
+    `invalid_actions`: what the environment's invalid-action penalty counts (`Domain`)."""
     solver = ("solver reward = success" + (f" − {rewards.invalid_action_penalty:g} × share of "
-                                          "inadmissible actions"
+                                          f"{invalid_actions}"
                                           if rewards.invalid_action_penalty else ""))
     extractor = "extractor reward = mean downstream success of its skill"
     penalties = [f"{value:g} for {what}" for value, what in (

@@ -1,7 +1,8 @@
 """Scalar mirrors of the local run's metrics log: TensorBoard event files and, when set up, W&B.
 
 Owns `ScalarSink` (what `local.metrics.MetricsLog` forwards each record to), `scalar_values`
-(the numbers of a record, as `<kind>/<metric>` tags) and `open_sinks`: a TensorBoard writer on
+(the numbers of a record, as `<kind>/<metric>` tags; a metric already named `<kind>/...`, like the
+trainer's `train/kl`, keeps its name) and `open_sinks`: a TensorBoard writer on
 `<run>/tensorboard/` when `run.tensorboard` is set (one warning and none when the `tensorboard`
 package is missing), and a W&B run when the `wandb` package is importable and `WANDB_PROJECT` is
 set in the environment (wandb is never a dependency: its own environment variables configure it).
@@ -29,8 +30,10 @@ class ScalarSink(Protocol):
 
 
 def scalar_values(kind: str, metrics: Mapping[str, Any]) -> dict[str, float]:
-    """The finite numbers of a record (not booleans) as `<kind>/<metric>`."""
-    return {f"{kind}/{name}": float(value) for name, value in metrics.items()
+    """The finite numbers of a record (not booleans) as `<kind>/<metric>`, a metric already under
+    `<kind>/` as it is (`train/kl`, not `train/train/kl`)."""
+    return {name if name.startswith(f"{kind}/") else f"{kind}/{name}": float(value)
+            for name, value in metrics.items()
             if isinstance(value, int | float) and not isinstance(value, bool)
             and math.isfinite(value)}
 

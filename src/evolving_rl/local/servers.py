@@ -23,6 +23,8 @@ from types import ModuleType
 
 from evolving_rl.config.schema import Config
 from evolving_rl.domains.registry import domain_for
+from evolving_rl.retrieval.prepared import PreparedData, prepared_dir_for, read_prepared_dir
+from evolving_rl.retrieval.tasks import task_rows
 
 logger = logging.getLogger(__name__)
 
@@ -32,17 +34,19 @@ def env_services(cfg: Config) -> ModuleType:
     return importlib.import_module(domain_for(cfg).services)
 
 
-def build_retrieval_cache(cfg: Config) -> None:
-    """Embed the prepared tasks into `retrieval.cache_path`, unless it is current (same tasks,
-    same model: `retrieval.build.cache_is_current`)."""
+def build_retrieval_cache(cfg: Config, prepared: PreparedData | None = None) -> None:
+    """Embed the prepared tasks (read here once, or `prepared.indexed`) into
+    `retrieval.cache_path`, unless it is current (same tasks, same model:
+    `retrieval.build.cache_is_current`)."""
     from evolving_rl.retrieval.build import cache_is_current, refresh_cache
     from evolving_rl.retrieval.encoder import load_encoder
 
-    if cache_is_current(cfg):
+    rows = task_rows(prepared.indexed if prepared else read_prepared_dir(prepared_dir_for(cfg)))
+    if cache_is_current(cfg, rows=rows):
         logger.info("retrieval cache %s is current (same tasks, same model): reused",
                     cfg.retrieval.cache_path)
         return
-    stats = refresh_cache(cfg, load_encoder(cfg.retrieval))
+    stats = refresh_cache(cfg, load_encoder(cfg.retrieval), rows=rows)
     logger.info("retrieval cache %s: %d rows, %d encoded", cfg.retrieval.cache_path,
                 stats.n_rows, stats.n_encoded)
 

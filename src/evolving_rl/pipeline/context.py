@@ -2,12 +2,13 @@
 
 Owns `PipelineContext` (config, adapter, policy, tokenizer, env and retrieval clients, the task
 catalog of the retrieval split and the skill library; the concurrency semaphores and the core's
-audit and reward settings it derives from the config itself, the latter by `reward_settings`),
-`TaskCatalog` (task id -> `TaskSpec`, read from the prepared JSONL files), `make_adapter` and
-`build_context`. What is environment-specific (the adapter, the env server's URL) comes from the
-configured environment's registry entry (`domains.registry.domain_for`). Nothing here is global:
-the hooks or the local backend build a context inside their event loop and pass it to every call;
-`close` releases the HTTP pools it opened (the policy belongs to the caller).
+audit and reward settings it takes from the config itself), `TaskCatalog` (task id ->
+`TaskSpec`, from the prepared JSONL files, or from their rows a caller has read already),
+`make_adapter` and `build_context`. What is environment-specific (the adapter, the env server's
+URL) comes from the configured environment's registry entry (`domains.registry.domain_for`).
+Nothing here is global: the hooks or the local backend build a context inside their event loop
+and pass it to every call; `close` releases the HTTP pools it opened (the policy belongs to the
+caller).
 """
 
 from __future__ import annotations
@@ -25,11 +26,15 @@ from evolving_rl.config.loader import ConfigError
 from evolving_rl.config.schema import Config, SamplingConfig
 from evolving_rl.core.audit import AuditConfig
 from evolving_rl.core.rewards import RewardSettings
-from evolving_rl.core.roles import RoleWeights
 from evolving_rl.domains.base import EnvironmentAdapter, TaskSpec
 from evolving_rl.domains.registry import domain_for
 from evolving_rl.pipeline.skill_library import SkillLibrary
-from evolving_rl.retrieval.prepared import prepared_dir_for, read_prepared_dir
+from evolving_rl.retrieval.prepared import (
+    PreparedData,
+    PreparedRow,
+    prepared_dir_for,
+    read_prepared_dir,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +47,14 @@ class TaskCatalog:
 
     @classmethod
     def load(cls, prepared_dir: str | Path, adapter: EnvironmentAdapter) -> TaskCatalog:
+        return cls.of_splits(read_prepared_dir(prepared_dir), adapter)
+
+    @classmethod
+    def of_splits(cls, splits: dict[str, list[PreparedRow]],
+                  adapter: EnvironmentAdapter) -> TaskCatalog:
+        """The catalog of split name -> rows already read."""
         tasks: dict[str, TaskSpec] = {}
-        for rows in read_prepared_dir(prepared_dir).values():
+        for rows in splits.values():
             for row in rows:
                 if row.id not in tasks:
                     tasks[row.id] = adapter.task_from_row(row.as_dict())
@@ -70,18 +81,6 @@ def _audit_config(cfg: Config) -> AuditConfig | None:
     return cfg.audit if cfg.audit.enabled else None
 
 
-def reward_settings(cfg: Config) -> RewardSettings:
-    """The core's reward and advantage settings, from config `rewards`."""
-    rewards = cfg.rewards
-    return RewardSettings(
-        format_penalty=rewards.format_penalty, audit_penalty=rewards.audit_penalty,
-        invalid_action_penalty=rewards.invalid_action_penalty,
-        advantage_eps=rewards.advantage_eps,
-        drop_zero_variance_groups=rewards.drop_zero_variance_groups,
-        role_weights=RoleWeights(solver=rewards.solver_weight,
-                                 extractor=rewards.extractor_weight))
-
-
 @dataclass
 class PipelineContext:
     """Long-lived collaborators of the pipeline (see the module docstring)."""
@@ -97,7 +96,7 @@ class PipelineContext:
     owned_policy: SGLangPolicyClient | None = None  # opened by build_context, closed by close
     limits: ConcurrencyLimits = field(init=False)
     audit: AuditConfig | None = field(init=False)  # None: the audit is disabled
-    rewards: RewardSettings = field(init=False)
+    rewards: RewardSettings = field(init=False)  # config `rewards`, the core's type
 
     def __post_init__(self) -> None:
         pipeline = self.cfg.pipeline
@@ -107,7 +106,7 @@ class PipelineContext:
             asyncio.Semaphore(pipeline.max_concurrent_resets
                               or pipeline.max_concurrent_episodes))
         self.audit = _audit_config(self.cfg)
-        self.rewards = reward_settings(self.cfg)
+        self.rewards = self.cfg.rewards
 
     def sampling(self, cfg: SamplingConfig, solver: bool) -> SamplingParams:
         """Sampling parameters of a role; solver turns stop at the adapter's stop strings."""
@@ -143,12 +142,14 @@ async def build_context(cfg: Config, policy: PolicyClient | None = None,
                         tokenizer_path: str | None = None,
                         adapter: EnvironmentAdapter | None = None,
                         run_dir: str | Path | None = None,
-                        top_p_replay: bool = False) -> PipelineContext:
+                        top_p_replay: bool = False,
+                        prepared: PreparedData | None = None) -> PipelineContext:
     """Open the env and retrieval clients and load the task catalog; call inside the loop.
 
     Give `policy` or `policy_url` (an SGLang server or router, opened and owned by the context;
     `top_p_replay` makes it ask for the nucleus of top-p < 1 generations), and `tokenizer` or
-    `tokenizer_path` (a Hugging Face tokenizer folder).
+    `tokenizer_path` (a Hugging Face tokenizer folder). The catalog is read from the prepared
+    files unless `prepared` holds them already.
     """
     domain = domain_for(cfg)  # first: an unregistered environment fails before anything opens
     owned = None
@@ -162,7 +163,8 @@ async def build_context(cfg: Config, policy: PolicyClient | None = None,
         tokenizer = HFChatTokenizer.from_pretrained(tokenizer_path)
     adapter = adapter or domain.adapter(cfg, False)
     _check_teacher(cfg, adapter)
-    catalog = TaskCatalog.load(prepared_dir_for(cfg), adapter)
+    catalog = (TaskCatalog.of_splits(prepared.indexed, adapter) if prepared is not None
+               else TaskCatalog.load(prepared_dir_for(cfg), adapter))
     logger.info("pipeline context: %s, %d tasks in the catalog", adapter.name, len(catalog))
     return PipelineContext(
         cfg=cfg, adapter=adapter, policy=policy, tokenizer=tokenizer,

@@ -6,7 +6,8 @@ Reads `<prepared_dir>/<split>.jsonl` through `retrieval.prepared` (all splits fo
 `--splits`), embeds the task questions with `retrieval.model` (batch size, device and threads
 from the config), reuses the vectors of unchanged texts from an existing cache of the same model,
 and saves `retrieval.cache_path` atomically. `cache_is_current` tells a job that the cache already
-holds every row with the configured model (nothing to load, encode or write).
+holds every row with the configured model (nothing to load, encode or write). A caller that has
+read the rows already passes them (`rows`): the files are then not read again.
 """
 
 from __future__ import annotations
@@ -20,15 +21,20 @@ from evolving_rl.config import Config, ConfigError, load_config
 from evolving_rl.retrieval.cache import BuildStats, CacheError, build_cache, load_cache, save_cache
 from evolving_rl.retrieval.encoder import Encoder, ModelLoadError, load_encoder, resolve_model
 from evolving_rl.retrieval.prepared import PreparedDataError, prepared_dir_for
-from evolving_rl.retrieval.tasks import load_task_rows
+from evolving_rl.retrieval.tasks import TaskRow, load_task_rows
 
 logger = logging.getLogger(__name__)
 
 
+def _rows(cfg: Config, splits: list[str] | None, rows: list[TaskRow] | None) -> list[TaskRow]:
+    return rows if rows is not None else load_task_rows(prepared_dir_for(cfg), splits)
+
+
 def refresh_cache(cfg: Config, encoder: Encoder, splits: list[str] | None = None,
-                  show_progress: bool = True) -> BuildStats:
-    """Build `cfg.retrieval.cache_path` from the prepared splits, reusing what is unchanged."""
-    rows = load_task_rows(prepared_dir_for(cfg), splits)
+                  show_progress: bool = True, rows: list[TaskRow] | None = None) -> BuildStats:
+    """Build `cfg.retrieval.cache_path` from the prepared splits (or `rows`, read from them),
+    reusing what is unchanged."""
+    rows = _rows(cfg, splits, rows)
     cache_path = Path(cfg.retrieval.cache_path)
     previous = None
     if cache_path.is_file():
@@ -41,10 +47,11 @@ def refresh_cache(cfg: Config, encoder: Encoder, splits: list[str] | None = None
     return stats
 
 
-def cache_is_current(cfg: Config, splits: list[str] | None = None) -> bool:
-    """Whether `retrieval.cache_path` already holds exactly the rows of the prepared splits,
-    embedded by the configured model: then there is nothing to encode or write, and the encoder
-    need not be loaded."""
+def cache_is_current(cfg: Config, splits: list[str] | None = None,
+                     rows: list[TaskRow] | None = None) -> bool:
+    """Whether `retrieval.cache_path` already holds exactly the rows of the prepared splits (or
+    `rows`), embedded by the configured model: then there is nothing to encode or write, and the
+    encoder need not be loaded."""
     cache_path = Path(cfg.retrieval.cache_path)
     if not cache_path.is_file():
         return False
@@ -53,8 +60,7 @@ def cache_is_current(cfg: Config, splits: list[str] | None = None) -> bool:
         model = resolve_model(cfg.retrieval.model).name
     except (CacheError, ModelLoadError):
         return False
-    return cached.model == model and cached.rows == tuple(
-        load_task_rows(prepared_dir_for(cfg), splits))
+    return cached.model == model and cached.rows == tuple(_rows(cfg, splits, rows))
 
 
 def main(argv: list[str] | None = None) -> int:

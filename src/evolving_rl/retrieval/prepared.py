@@ -6,9 +6,12 @@ of the config section named after the environment, which every environment's sec
 else that one), what one line holds (`PreparedRow`: `id`, `question`, `prompt`,
 `metadata` with `task_type`; the shape every environment's data preparation writes) and how the
 files are read, each line validated, errors naming file and line (`read_prepared`, `read_split`,
-`read_prepared_dir`). The pipeline takes rows as the JSON objects they are (`PreparedRow.as_dict`;
-`split_rows`: a split of the configured environment so); `round_robin` picks a split's first
-rows over task types (the local job's and the checkpoint evaluation's held-out subsets).
+`read_prepared_dir`). `PreparedData` is what one evaluation reads, each file parsed once and passed
+down: the splits of the retrieval index and the task catalog, and the environment's own (one
+dict when they are one folder). The pipeline takes rows as the JSON objects they are
+(`PreparedRow.as_dict`; `split_rows`: a split of the configured environment so); `round_robin`
+picks a split's first rows over task types (the local job's and the checkpoint evaluation's
+held-out subsets).
 """
 
 from __future__ import annotations
@@ -114,6 +117,30 @@ def read_prepared_dir(prepared_dir: str | Path,
     if not names:
         raise PreparedDataError(f"no prepared <split>.jsonl files in {prepared_dir}")
     return {name: read_split(prepared_dir, name) for name in names}
+
+
+@dataclass(frozen=True)
+class PreparedData:
+    """Split name -> rows of the folder `prepared_dir_for` names (`indexed`: the retrieval index,
+    the task catalog) and of the environment's (`environment`: the same dict when it is the
+    same folder), each file parsed once."""
+
+    indexed: dict[str, list[PreparedRow]]
+    environment: dict[str, list[PreparedRow]]
+
+    @classmethod
+    def read(cls, cfg: Config) -> PreparedData:
+        indexed = read_prepared_dir(prepared_dir_for(cfg))
+        if prepared_dir_for(cfg).resolve() == environment_prepared_dir(cfg).resolve():
+            return cls(indexed, indexed)
+        return cls(indexed, read_prepared_dir(environment_prepared_dir(cfg)))
+
+    def split(self, name: str) -> list[PreparedRow]:
+        """The rows of the environment's split `name`."""
+        if name not in self.environment:
+            raise PreparedDataError(f"no prepared split {name!r} (the environment's splits: "
+                                    f"{', '.join(self.environment)})")
+        return self.environment[name]
 
 
 def round_robin(rows: list[PreparedRow], limit: int | None) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from evolving_rl.retrieval.prepared import PreparedDataError, read_prepared_dir
+from evolving_rl.retrieval.prepared import PreparedDataError, PreparedRow, read_prepared_dir
 
 logger = logging.getLogger(__name__)
 
@@ -27,11 +27,17 @@ class TaskRow:
 
 
 def load_task_rows(prepared_dir: str | Path, splits: list[str] | None = None) -> list[TaskRow]:
-    """Read the given splits (all present when None) into unique rows, in first-seen order.
+    """Read the given splits (all present when None) into unique rows (`task_rows`)."""
+    rows = task_rows(read_prepared_dir(prepared_dir, splits))
+    logger.info("read %d unique tasks in %s", len(rows), prepared_dir)
+    return rows
+
+
+def task_rows(by_split: dict[str, list[PreparedRow]]) -> list[TaskRow]:
+    """Split name -> rows as unique rows, in first-seen order.
 
     A task id seen in several splits must carry the same question and task type everywhere.
     """
-    by_split = read_prepared_dir(prepared_dir, splits)
     seen: dict[str, tuple[str, str, list[str]]] = {}
     for split, rows in by_split.items():
         for row in rows:
@@ -43,7 +49,5 @@ def load_task_rows(prepared_dir: str | Path, splits: list[str] | None = None) ->
                                         f"row in split '{known[2][0]}'")
             elif split not in known[2]:
                 known[2].append(split)
-    logger.info("read %d unique tasks from %d splits in %s", len(seen), len(by_split),
-                prepared_dir)
     return [TaskRow(task_id, question, task_type, tuple(split_list))
             for task_id, (question, task_type, split_list) in seen.items()]

@@ -5,7 +5,8 @@
                                         [--limit N] [--json]
     python -m evolving_rl.skills search QUERY --run-dir D [--mode text|embedding] [--top-k K]
                                         [--config C] [the list filters] [--json]
-    python -m evolving_rl.skills show   ID --run-dir D      # ID: rollout:source_id:skill_index
+    python -m evolving_rl.skills show   ID --run-dir D      # ID: rollout:source_id:skill_index,
+                                        # its start (one id's) or the row `list` prints
     python -m evolving_rl.skills export --run-dir D --out D/skills.jsonl --top N
                                         [--task-type T] [--force]
 
@@ -13,8 +14,8 @@
 Embedding search loads the encoder of `retrieval.*` in `--config` (default: the schema's,
 MiniLM on the CPU). An export is a library file in the same format, holding the best usable
 skill of each source task (the one evaluation would pick), the `top` by reward: evaluate with it
-through `SkillLibrary(FILE)`. Mistakes (no library, unknown id, a filter nothing has, an export
-with no usable skill: nothing is written) exit 2.
+through `SkillLibrary(FILE)`. Mistakes (no library, unknown id, an id prefix that starts several
+ids, a filter nothing has, an export with no usable skill: nothing is written) exit 2.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from evolving_rl.config import ConfigError, load_config, parse_config
@@ -39,6 +40,7 @@ from evolving_rl.skills.select import (
     export_selection,
     filter_records,
     find_record,
+    library_rows,
     sort_records,
 )
 
@@ -86,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--top-k", type=_positive, default=10)
     search.add_argument("--config", type=Path, help="YAML config whose retrieval.* embeds")
     show = commands.add_parser("show", parents=[source], help="one skill as its card")
-    show.add_argument("id", help="rollout:source_id:skill_index")
+    show.add_argument("id", help="rollout:source_id:skill_index, its start, or the list's row")
     export = commands.add_parser("export", parents=[source], help="write a library file")
     export.add_argument("--out", type=Path, required=True, help="the library file to write")
     export.add_argument("--top", type=_positive, required=True, help="how many skills")
@@ -111,12 +113,13 @@ def _record_filter(args: argparse.Namespace) -> RecordFilter:
     return RecordFilter(args.task_type, args.min_reward, args.audit, args.usable)
 
 
-def _rows(records: Sequence[SkillRecord], as_json: bool,
+def _rows(records: Sequence[SkillRecord], rows: Mapping[int, int], as_json: bool,
           scores: Sequence[float] | None = None) -> str:
     if as_json:
-        rows = [render.as_json(r, scores[i] if scores else None) for i, r in enumerate(records)]
-        return json.dumps(rows, ensure_ascii=False, indent=1) + "\n"
-    return render.table(records, scores)
+        out = [render.as_json(r, rows[id(r)], scores[i] if scores else None)
+               for i, r in enumerate(records)]
+        return json.dumps(out, ensure_ascii=False, indent=1) + "\n"
+    return render.table(records, rows, scores)
 
 
 def _search(args: argparse.Namespace, records: list[SkillRecord]) -> str:
@@ -127,7 +130,8 @@ def _search(args: argparse.Namespace, records: list[SkillRecord]) -> str:
         cfg = load_config(args.config) if args.config else parse_config({})
         found = embedding_search(kept, args.query, args.top_k, load_encoder(cfg.retrieval),
                                  show_progress=True)
-    return _rows([f.record for f in found], args.json, [f.score for f in found])
+    return _rows([f.record for f in found], library_rows(records), args.json,
+                 [f.score for f in found])
 
 
 def _export(args: argparse.Namespace, records: list[SkillRecord]) -> str:
@@ -155,7 +159,7 @@ def run(args: argparse.Namespace) -> str:
     records = _load(args)
     if args.command == "list":
         kept = sort_records(filter_records(records, _record_filter(args)), args.sort)
-        return _rows(kept[:args.limit], args.json)
+        return _rows(kept[:args.limit], library_rows(records), args.json)
     if args.command == "search":
         return _search(args, records)
     if args.command == "show":

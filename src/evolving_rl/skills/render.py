@@ -7,7 +7,7 @@ without a valid skill shows its raw extractor text instead.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -15,7 +15,7 @@ from evolving_rl.core.skill import render_skill_card, validate_skill
 from evolving_rl.pipeline.skill_library import SkillRecord
 from evolving_rl.skills.select import skill_id
 
-COLUMNS = ("id", "task_type", "reward", "audit", "usable", "name")
+COLUMNS = ("row", "id", "task_type", "reward", "audit", "usable", "name")
 NAME_WIDTH = 48
 
 
@@ -35,26 +35,29 @@ def _name(record: SkillRecord) -> str:
     return name if len(name) <= NAME_WIDTH else name[:NAME_WIDTH - 3] + "..."
 
 
-def _cells(record: SkillRecord) -> list[str]:
-    return [skill_id(record), record.source_task_type, _reward(record.reward), _audit(record),
-            "yes" if record.usable else "no", _name(record)]
+def _cells(row: int, record: SkillRecord) -> list[str]:
+    return [str(row), skill_id(record), record.source_task_type, _reward(record.reward),
+            _audit(record), "yes" if record.usable else "no", _name(record)]
 
 
-def table(records: Sequence[SkillRecord], scores: Sequence[float] | None = None) -> str:
-    """One row per record, columns padded to their widest cell; `scores` adds a first column."""
+def table(records: Sequence[SkillRecord], rows: Mapping[int, int],
+          scores: Sequence[float] | None = None) -> str:
+    """One line per record, columns padded to their widest cell; `rows`: each record's library
+    row, by `id(record)` (`select.library_rows`); `scores` adds a first column."""
     header = [*(["score"] if scores is not None else []), *COLUMNS]
-    rows = [[*([f"{scores[i]:.4f}"] if scores is not None else []), *_cells(record)]
-            for i, record in enumerate(records)]
-    widths = [max(len(row[c]) for row in [header, *rows]) for c in range(len(header))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-             for row in [header, *rows]]
-    return "\n".join(line.rstrip() for line in lines) + f"\n({len(records)} skills)\n"
+    lines = [[*([f"{scores[i]:.4f}"] if scores is not None else []),
+              *_cells(rows[id(record)], record)] for i, record in enumerate(records)]
+    widths = [max(len(line[c]) for line in [header, *lines]) for c in range(len(header))]
+    text = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))
+            for line in [header, *lines]]
+    return "\n".join(line.rstrip() for line in text) + f"\n({len(records)} skills)\n"
 
 
-def as_json(record: SkillRecord, score: float | None = None) -> dict[str, Any]:
-    """The record as written in the library, plus its id, usability and any search score."""
+def as_json(record: SkillRecord, row: int, score: float | None = None) -> dict[str, Any]:
+    """The record as written in the library, plus its row, id, usability and any search score."""
     extra = {"score": score} if score is not None else {}
-    return {"id": skill_id(record), "usable": record.usable, **extra, **asdict(record)}
+    return {"row": row, "id": skill_id(record), "usable": record.usable, **extra,
+            **asdict(record)}
 
 
 def card(record: SkillRecord) -> str:

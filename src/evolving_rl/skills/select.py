@@ -1,9 +1,11 @@
 """Which records of a skill library a command shows or exports (pure functions).
 
-Owns the record id (`rollout:source_id:skill_index`, e.g. `7:t0:2`), the list filters (source
-task type, minimum reward, audit result, usable only), the list order and the export
-selection. "Audit failed" means the skill parsed and its card failed the language audit (an
-unparsed skill was never audited). Every order is stable: ties keep library order.
+Owns the record id (`rollout:source_id:skill_index`, e.g. `7:t0:2`) and what `show` accepts
+for one (the record's row in the library, as `list` numbers it; the whole id; or a prefix of
+exactly one id), the list filters (source task type, minimum reward, audit result, usable only),
+the list order and the export selection. "Audit failed" means the skill parsed and its card
+failed the language audit (an unparsed skill was never audited). Every order is stable: ties
+keep library order.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ AuditFilter = Literal["ok", "failed", "any"]
 SortKey = Literal["reward", "rollout"]
 AUDIT_CHOICES = ("ok", "failed", "any")
 SORT_CHOICES = ("reward", "rollout")
+MAX_CANDIDATES = 10  # ids an ambiguous prefix lists
 
 
 class SelectionError(ValueError):
@@ -76,13 +79,33 @@ def sort_records(records: Sequence[SkillRecord], key: SortKey) -> list[SkillReco
     return sorted(records, key=lambda r: (r.reward is None, -(r.reward or 0.0)))
 
 
+def library_rows(records: Sequence[SkillRecord]) -> dict[int, int]:
+    """Each record's row in its library, 1 for the first, keyed by `id(record)`: the number
+    `list` prints in its `row` column and `show` takes."""
+    return {id(record): row for row, record in enumerate(records, start=1)}
+
+
 def find_record(records: Sequence[SkillRecord], wanted: str) -> SkillRecord:
-    """The record whose id is `wanted` (the first, should a library repeat one)."""
+    """The record `wanted` names: a row number of the library (digits only: ids hold ':'), an
+    id, or the start of one id (the first record of an id a library repeats)."""
+    if wanted.isdigit():
+        if not 1 <= int(wanted) <= len(records):
+            raise SelectionError(f"no row {wanted}: the library has rows 1 to {len(records)}")
+        return records[int(wanted) - 1]
+    matches = {}
     for record in records:
-        if skill_id(record) == wanted:
-            return record
-    raise SelectionError(f"no skill with id {wanted!r} (ids are rollout:source_id:skill_index, "
-                         "as `list` prints them)")
+        if skill_id(record).startswith(wanted):
+            matches.setdefault(skill_id(record), record)
+    if wanted in matches:
+        return matches[wanted]
+    if len(matches) == 1:
+        return next(iter(matches.values()))
+    if not matches:
+        raise SelectionError(f"no skill with id {wanted!r} (give an id as `list` prints it, its "
+                             "start, or its row number)")
+    shown = sorted(matches)[:MAX_CANDIDATES]
+    raise SelectionError(f"{wanted!r} starts {len(matches)} ids; give more of one:\n  "
+                         + "\n  ".join(shown) + ("\n  ..." if len(matches) > len(shown) else ""))
 
 
 def export_selection(records: Sequence[SkillRecord], top: int,

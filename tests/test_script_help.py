@@ -1,0 +1,34 @@
+"""`--help` of the launchers: each prints its header as usage text and exits 0, starting nothing.
+
+The train scripts would check their prerequisites and start servers next: with `SLIME_DIR` at a
+missing folder, anything past the usage text fails with exit 2.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = {
+    "scripts/alfworld/eval.sh": "Evaluate a checkpoint on ALFWorld",
+    "scripts/web/eval.sh": "Evaluate a checkpoint on Mind2Web",
+    "scripts/alfworld/train_alfworld.sh": "Train the solver + extractor policy on ALFWorld",
+    "scripts/web/train_web.sh": "Train the solver + extractor policy on Mind2Web",
+}
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_prints_usage_and_launches_nothing(script, flag, tmp_path):
+    env = {**os.environ, "SLIME_DIR": str(tmp_path / "no_slime"), "RUN_DIR": str(tmp_path)}
+    result = subprocess.run(["bash", script, flag], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=30, check=False)
+    assert (result.returncode, result.stderr) == (0, "")
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(SCRIPTS[script])
+    assert not any(line.startswith(("set -", "#!", "ROOT=")) for line in lines)
+    assert list(tmp_path.iterdir()) == []
