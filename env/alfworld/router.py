@@ -160,8 +160,8 @@ def main(argv: list[str] | None = None) -> None:
         threading.Thread(target=pool.supervise, daemon=True, name="supervise").start()
         make_server(create_app(cfg, pool, Upstream(http)), host=cfg.host,
                     port=cfg.router_port, threads=cfg.threads_per_server,
-                    max_body_bytes=2 * cfg.max_body_bytes, channel_request_lookahead=1,
-                    ident="alfworld-router").run()
+                    max_body_bytes=cfg.max_body_bytes, channel_request_lookahead=1,
+                    ident="alfworld-router").serve()
     finally:
         pool.stop_all()
         logger.info("router stopped")

@@ -138,8 +138,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         make_server(create_app(cfg, engine, table), host=cfg.host,
                     port=cfg.worker_base_port + args.index, threads=cfg.threads_per_server,
-                    max_body_bytes=2 * cfg.max_body_bytes, channel_request_lookahead=1,
-                    ident="alfworld-worker").run()
+                    max_body_bytes=cfg.max_body_bytes, channel_request_lookahead=1,
+                    ident="alfworld-worker").serve()
     finally:
         stop.set()
         engine.shutdown()

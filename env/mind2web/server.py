@@ -8,7 +8,8 @@ annotation id in two files, prepared splits from files it does not serve or that
 `TaskDataError`) exits with the message, never healthy; cold page
 snapshots are built by a pool of processes (`mind2web.snapshot_processes`,
 `env.mind2web.snapshot_pool`); `<log_dir>/server.pid` is written once listening and removed at
-exit; a housekeeping thread evicts idle episodes; SIGTERM stops cleanly.
+exit; a housekeeping thread evicts idle episodes; SIGTERM stops cleanly, the requests in flight
+answered first (`env.http_server.Server.serve`).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"error: {err}") from None
     table = EpisodeTable(cfg.capacity, cfg.episode_ttl_s, cfg.retry_after_s)
     server = make_server(create_app(cfg, store, table), host=cfg.host, port=cfg.port,
-                         threads=cfg.threads, max_body_bytes=2 * cfg.max_body_bytes,
+                         threads=cfg.threads, max_body_bytes=cfg.max_body_bytes,
                          ident="mind2web")
     _collect_rarely()
     write_pid_file(pid_file(cfg))
@@ -76,10 +77,9 @@ def main(argv: list[str] | None = None) -> None:
     logger.info("serving %d tasks on http://%s:%d (snapshots built by %d processes)", len(store),
                 cfg.host, cfg.port, builder.processes)
     try:
-        server.run()
+        server.serve()
     finally:
         stop.set()
-        server.close()
         builder.close()
         logger.info("mind2web server on port %d stopped", cfg.port)
 
