@@ -59,6 +59,11 @@ class WireError(Exception):
         return resp
 
 
+def unknown_episode(episode_id: str) -> WireError:
+    return WireError(404, "unknown_episode", f"no episode {episode_id} (closed, evicted after "
+                     "its idle TTL, or never existed)", "episode_id")
+
+
 def bad_field(field: str, message: str) -> WireError:
     return WireError(400, "bad_request", f"{field}: {message}", field)
 

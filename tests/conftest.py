@@ -79,7 +79,7 @@ def retrieval_server(contract_config_path, contract_config):
     subprocess.run([sys.executable, "-m", "evolving_rl.retrieval.build", "--config",
                     str(contract_config_path)], check=True, cwd=ROOT, timeout=300,
                    stdout=subprocess.DEVNULL)
-    start_retrieval_server(contract_config, timeout_s=120)
+    start_retrieval_server(contract_config)
     try:
         yield contract_config_path
     finally:

@@ -4,6 +4,7 @@ thousands of hostile connections are held open (`normal_requests_under_hostile_c
 
 from __future__ import annotations
 
+import logging
 import resource
 import socket
 import subprocess
@@ -20,6 +21,8 @@ import requests
 import yaml
 
 from env.launch import free_port, free_port_block
+
+logger = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINE = {"n_skills": 2, "top_k": 2, "n_repeats": 1, "max_turn_tokens": 128,
@@ -172,7 +175,8 @@ def normal_requests_under_hostile_connections(
         count: int = HOSTILE) -> HostileRun:
     """Open `count` hostile loopback connections to `url` (the kinds of `HOSTILE_KINDS` in turn)
     and keep them trickling for `seconds`, while `probe()` (a normal request: True when answered
-    as it should be) runs every half second in another thread."""
+    as it should be; False when it raises a `requests` error) runs every half second in another
+    thread."""
     _open_files_for(count)
     address = _loopback(url)
     run = HostileRun({k: 0 for k in HOSTILE_KINDS}, {k: 0 for k in HOSTILE_KINDS})
@@ -181,7 +185,10 @@ def normal_requests_under_hostile_connections(
     def _probing() -> None:
         while not done.wait(0.5):
             start = time.perf_counter()
-            ok = probe()
+            try:
+                ok = probe()
+            except requests.RequestException:
+                ok = False
             run.slowest_s = max(run.slowest_s, time.perf_counter() - start)
             run.normal += 1
             run.answered += int(ok)
@@ -205,6 +212,7 @@ def normal_requests_under_hostile_connections(
         prober.join(30)
         for sock, _ in held:
             sock.close()
+    logger.info("under %d hostile connections: %s", count, run)
     return run
 
 
@@ -228,11 +236,15 @@ def _trickle_round(held: list[tuple[socket.socket, str]],
 
 def health_probe(url: str, timeout_s: float = 15.0) -> Callable[[], bool]:
     """A normal request: GET /health answered 200 within `timeout_s`."""
+    return lambda: requests.get(f"{url}/health", timeout=timeout_s).status_code == 200
 
-    def _probe() -> bool:
-        try:
-            return requests.get(f"{url}/health", timeout=timeout_s).status_code == 200
-        except requests.RequestException:
-            return False
 
-    return _probe
+def assert_served_under_hostile_connections(url: str, probe: Callable[[], bool]) -> HostileRun:
+    """A real server's check: every `probe` answered while `HOSTILE` connections trickle for
+    20 s, and by then the idle ones and those trickling headers closed (past their 10 s
+    deadline, or shed at the connection limit)."""
+    run = normal_requests_under_hostile_connections(url, probe, seconds=20)
+    assert run.normal >= 10 and run.answered == run.normal, run
+    assert run.closed_by_server["idle"] == run.opened["idle"], run
+    assert run.closed_by_server["headers"] == run.opened["headers"], run
+    return run

@@ -289,6 +289,9 @@ class RetrievalConfig:
     max_body_bytes: int = bounded(1048576, ge=1024)
     threads_per_server: int = bounded(8, ge=1)
     log_dir: str = "runs/logs/retrieval"
+    # Launcher waits: for /health after start (the model loads first), for exit after SIGTERM.
+    start_timeout_s: float = bounded(120.0, gt=0.0)
+    stop_timeout_s: float = bounded(10.0, gt=0.0)
 
 
 @dataclass(frozen=True)
