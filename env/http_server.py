@@ -1,4 +1,4 @@
-"""The waitress server every env server runs: limits no client can exhaust, one JSON error body,
+"""The waitress server every server runs: limits no client can exhaust, one JSON error body,
 and a stop that finishes the requests in flight.
 
 Owns `make_server` and `Server`. Every server here (Mind2Web, the ALFWorld router and workers,
@@ -9,7 +9,8 @@ retrieval) serves with:
   accepted: the quietest connections that have no request running (an idle keep-alive, one still
   sending its request) are closed to make room, `SHED_BATCH` at a time, so clients that hold
   connections without using them cannot lock others out. Connections are watched with poll(),
-  which has no 1,024-descriptor ceiling; the open-file limit is raised to its hard limit.
+  which has no 1,024-descriptor ceiling; the soft open-file limit is raised to hold them (a
+  lower hard limit lowers the connection limit, with a warning).
 - `HEADERS_TIMEOUT_S` 10 s: a connection that has not sent a request's headers that long after
   the request's first byte (or, for its first request, after it opened) is closed, trickling or
   not; `REQUEST_TIMEOUT_S` 30 s: the same for the whole request, body included.
@@ -24,7 +25,7 @@ retrieval) serves with:
   out for up to that long, then exits (the launchers' SIGKILL comes after `stop_timeout_s`, 10 s).
 
 A stalled connection holds no worker thread (waitress buffers a request until it is complete).
-Errors waitress answers itself (413, malformed or oversized headers: 400 / 431) carry the env
+Errors waitress answers itself (413, malformed or oversized headers: 400 / 431) carry the
 wire's JSON error body (`env.wire.WireError`), like every error the apps answer.
 """
 
@@ -117,11 +118,12 @@ class _Listener(TcpWSGIServer):
     """Accepts every connection, shedding quiet ones at `CONNECTION_LIMIT`; closes overdue ones."""
 
     channel_class = _Channel
+    limit = CONNECTION_LIMIT
     shed = 0
 
     def readable(self) -> bool:
         accepting = super().readable()  # runs `maintenance`; waitress's own limit is never met
-        if accepting and len(self._map) >= CONNECTION_LIMIT:
+        if accepting and len(self._map) >= self.limit:
             return self._make_room()
         return accepting
 
@@ -130,7 +132,7 @@ class _Listener(TcpWSGIServer):
         when every connection is busy (then none is accepted until one ends)."""
         channels = list(self.active_channels.values())
         closing = sum(1 for ch in channels if ch.will_close)
-        if len(self._map) - closing < CONNECTION_LIMIT:
+        if len(self._map) - closing < self.limit:
             return True
         victims = heapq.nsmallest(SHED_BATCH, (ch for ch in channels if ch.idle()),
                                   key=_Channel.quiet_since)
@@ -151,30 +153,34 @@ class _Listener(TcpWSGIServer):
         self.shed = 0
 
 
-def _raise_open_files(needed: int) -> int:
-    """Raise the soft open-file limit toward `needed` (at most the hard limit); the new limit."""
+def _connection_limit() -> int:
+    """`CONNECTION_LIMIT`, the soft open-file limit raised to hold it (up to the hard limit);
+    lower only where the hard limit is (then accepting never fails for want of a descriptor)."""
+    needed = CONNECTION_LIMIT + SHED_BATCH + _FILES_SPARE
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < needed:
-        soft = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-    return soft
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return CONNECTION_LIMIT
+    soft = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    limit = min(CONNECTION_LIMIT, soft - SHED_BATCH - _FILES_SPARE)
+    if limit < CONNECTION_LIMIT:
+        logger.warning("open-file hard limit %d: at most %d connections", hard, limit)
+    return limit
 
 
 class Server:
     """One app's listening sockets, connections and worker threads; `serve` runs it."""
 
-    def __init__(self, adj: Adjustments, app: Callable, ident: str) -> None:
+    def __init__(self, adj: Adjustments, app: Callable, ident: str, limit: int) -> None:
         self.map: dict[int, wasyncore.dispatcher] = {}
         self.dispatcher = ThreadedTaskDispatcher()
         self.dispatcher.set_thread_count(adj.threads)
         self.listeners = [_Listener(app, self.map, dispatcher=self.dispatcher, adj=adj,
                                     sockinfo=sockinfo) for sockinfo in adj.listen]
+        for listener in self.listeners:
+            listener.limit = limit
         self.ident = ident
         self._stopping = threading.Event()
-
-    @property
-    def port(self) -> int:
-        return int(self.listeners[0].effective_port)
 
     def stop(self) -> None:
         """Ask `serve` to stop (safe from a signal handler or another thread)."""
@@ -192,7 +198,8 @@ class Server:
                 wasyncore.poll2(_POLL_S, self.map)
             self._drain()
         finally:
-            self.close()
+            self.dispatcher.shutdown(timeout=1)
+            wasyncore.close_all(self.map)
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
 
@@ -210,21 +217,17 @@ class Server:
             if not busy or time.monotonic() >= deadline:
                 break
             wasyncore.poll2(0.05, self.map)
-        logger.info("%s stopped; %d connections still busy after the %.0f s grace", self.ident,
-                    busy, STOP_GRACE_S)
-
-    def close(self) -> None:
-        self.dispatcher.shutdown(timeout=1)
-        wasyncore.close_all(self.map)
+        logger.info("%s stopping: %d connections still had a request running or an answer to "
+                    "send (grace %.0f s)", self.ident, busy, STOP_GRACE_S)
 
 
 def make_server(app: Callable, *, host: str, port: int, threads: int, max_body_bytes: int,
                 ident: str, **settings: Any) -> Server:
     """A server for `app` with the limits above (`settings`: other waitress options); bodies
     over `max_body_bytes` are refused by waitress before they reach `app`."""
-    _raise_open_files(CONNECTION_LIMIT + SHED_BATCH + _FILES_SPARE)
+    limit = _connection_limit()
     adj = Adjustments(host=host, port=port, threads=threads, ident=ident,
                       max_request_body_size=max_body_bytes + 1,  # waitress refuses >= this
-                      connection_limit=2 * CONNECTION_LIMIT, channel_timeout=CHANNEL_TIMEOUT_S,
+                      connection_limit=2 * limit, channel_timeout=CHANNEL_TIMEOUT_S,
                       cleanup_interval=CLEANUP_INTERVAL_S, asyncore_use_poll=True, **settings)
-    return Server(adj, app, ident)
+    return Server(adj, app, ident, limit)

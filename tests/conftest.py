@@ -102,7 +102,7 @@ END_TO_END = frozenset({
     "tests/alfworld/test_generate.py", "tests/alfworld/test_engine.py",
     "tests/pipeline/test_pipeline_contract.py", "tests/pipeline/test_pipeline_contract_web.py",
     "tests/pipeline/test_pipeline_expert_real.py", "tests/slime/test_hooks_end_to_end.py",
-    "tests/retrieval/test_retrieval_server.py",
+    "tests/retrieval/test_retrieval_server.py", "tests/test_http_server.py",
 })
 
 
