@@ -57,6 +57,19 @@ def test_normal_clients_are_answered_under_2000_hostile_connections(fake):
     assert sum(run.opened.values()) == HOSTILE
 
 
+def test_a_low_open_file_limit_lowers_the_connection_limit_and_still_serves(tmp_path):
+    """Hard limit 512: at most 398 connections, and never an accept failing for a descriptor."""
+    proc, url = _start(tmp_path, "--open-files", "512")
+    try:
+        run = normal_requests_under_hostile_connections(url, health_probe(url), seconds=6)
+    finally:
+        stop_process(proc)
+    assert run.normal >= 5 and run.answered == run.normal, run
+    log = next(tmp_path.glob("fake-*.log")).read_text(encoding="utf-8")
+    assert "open-file hard limit 512: at most 398 connections" in log
+    assert "Too many open files" not in log
+
+
 def test_a_connection_that_never_finishes_its_request_is_closed(fake):
     _, url = fake
     address = ("127.0.0.1", int(url.rsplit(":", 1)[1]))

@@ -1,15 +1,18 @@
 """A tiny Flask app served by `env.http_server` as its own process, for the scaffold's tests.
 
     python -m tests.fakes.http_app --port N [--headers-timeout S] [--request-timeout S]
+                                   [--open-files N]
 
 `/health`; `/echo` (POST: the JSON object back, at most `MAX_BODY` bytes); `/slow?s=X` (answers
-after X seconds: a request in flight). The deadlines can be shortened so tests stay fast.
+after X seconds: a request in flight). The deadlines can be shortened so tests stay fast, and the
+open-file limit (soft and hard) lowered, as a machine may have it.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import resource
 import time
 
 from flask import Flask, Response, jsonify, request
@@ -48,7 +51,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=16)
     parser.add_argument("--headers-timeout", type=float, default=http_server.HEADERS_TIMEOUT_S)
     parser.add_argument("--request-timeout", type=float, default=http_server.REQUEST_TIMEOUT_S)
+    parser.add_argument("--open-files", type=int, default=0, help="open-file limit; 0: as is")
     args = parser.parse_args()
+    if args.open_files:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (args.open_files, args.open_files))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     http_server.HEADERS_TIMEOUT_S = args.headers_timeout
     http_server.REQUEST_TIMEOUT_S = args.request_timeout
