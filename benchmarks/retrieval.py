@@ -60,7 +60,8 @@ def bench_config(base: str, folder: Path, n_tasks: int) -> Config:
     data = to_dict(load_config(base))
     data["retrieval"].update(prepared_dir=str(folder / "prepared"),
                              cache_path=str(folder / "cache.npz"), log_dir=str(folder / "logs"),
-                             port=free_port(), max_batch_queries=max(BATCH, 64))
+                             port=free_port(), max_batch_queries=max(BATCH, 64),
+                             start_timeout_s=180)
     write_prepared_splits(folder / "prepared", n_tasks)
     return parse_config(data)
 
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         encoder = load_encoder(cfg.retrieval)
         build_tps, bare_tps, n_texts = bench_build(cfg, encoder, args.build_rounds)
         index = SearchIndex(load_cache(cfg.retrieval.cache_path))
-        server = start_retrieval_server(cfg, timeout_s=180)
+        server = start_retrieval_server(cfg)
         try:
             queries = unseen_queries(5 + args.http_rounds * (args.singles + args.batches * BATCH),
                                      seed=7)

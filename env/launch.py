@@ -9,6 +9,8 @@ command. Nothing here ever signals a process it cannot tie to a PID file it was 
 A job that serves for the length of a block spawns its servers `tied_to_this_process()`, so that
 the kernel ends them when the job is killed outright (no `finally` runs on SIGKILL or OOM), and
 turns SIGTERM into SystemExit (`stopped_on_sigterm`) so that it stops them itself: `job_serving`.
+Every server's launcher has one command line, `launcher_main`: `start|stop --config FILE [--set
+KEY=VALUE]...`, every wait taken from the config, a config or launch error one line and exit 2.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import urllib.request
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
-from evolving_rl.config import Config, load_config, parse_config, to_dict
+from evolving_rl.config import Config, ConfigError, load_config, parse_config, to_dict
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +98,24 @@ def config_from_args(args: argparse.Namespace, overrides: list[str] | None = Non
     if args.config_json is not None:
         return parse_config(json.loads(args.config_json), "--config-json", every)
     return load_config(args.config, every)
+
+
+def launcher_main(argv: list[str] | None, description: str, start: Callable[[Config], object],
+                  stop: Callable[[Config], object]) -> int:
+    """The start/stop command line of a server's launcher (`start(cfg)` / `stop(cfg)`: its
+    launch API); the exit code: 0, or 2 after one line naming a config or launch error."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("action", choices=("start", "stop"))
+    add_config_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        cfg = config_from_args(args)
+        (start if args.action == "start" else stop)(cfg)
+    except (ConfigError, LaunchError) as err:
+        logger.error("%s", err)
+        return 2
+    return 0
 
 
 _PORT_TRIES = 200

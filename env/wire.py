@@ -1,25 +1,40 @@
-"""The env servers' JSON wire, shared by every environment: errors, request bodies, string fields.
+"""The servers' JSON wire, shared by every server (env servers and retrieval): errors, request
+bodies, string fields.
 
 Owns `WireError` (an HTTP status, a stable machine-readable `code`, a message and the offending
-`field`, answered as `{"error", "message", "field"}`), `read_json_object` (the body as a JSON
-object; a string holding a lone surrogate is a 400 naming it), `string_field` (a bounded string
-field, a 400 naming it otherwise) and `install_error_handlers` (JSON bodies for `WireError` and
-for Flask's own errors). Every client mistake an env server sees becomes a `WireError` with a 4xx
-status, so nothing a client sends reaches an environment unvalidated. An environment's own
-requests and views live in its package (`alfworld/wire.py`, `mind2web/app.py`).
+`field`, answered as `{"error", "message", "field"}`: the one error body of every server, waitress's
+own errors included), `read_json_object` (the body as a JSON object; a string holding a lone
+surrogate is a 400 naming it: `surrogate_field`), `string_field` (a bounded string field, a 400
+naming it otherwise), `body_too_large_message` (the one 413 message) and `install_error_handlers`
+(JSON bodies for `WireError` and for Flask's own errors). Every client mistake a server sees
+becomes a `WireError` with a 4xx status, so nothing a client sends reaches a server's logic
+unvalidated. A server's own requests and views live in its package (`alfworld/wire.py`,
+`mind2web/app.py`, `evolving_rl.retrieval.protocol`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-from flask import Flask, Response, jsonify, request
+from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-from env.http_server import SURROGATE_MESSAGE, surrogate_field
+HTTP_ERROR_CODES = {404: "no_such_route", 405: "method_not_allowed", 413: "body_too_large",
+                    431: "headers_too_large", 500: "internal_error"}
+SURROGATE_MESSAGE = "holds a lone surrogate (\\ud800-\\udfff), which no text may contain"
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
-HTTP_ERROR_CODES = {404: "no_such_route", 405: "method_not_allowed"}
+
+def status_code(status: int) -> str:
+    """The wire code of an HTTP error the server answers by itself (no route, a body too large)."""
+    return HTTP_ERROR_CODES.get(status, "bad_request")
+
+
+def body_too_large_message(max_body_bytes: int) -> str:
+    """What every layer answers for a body over the server's one limit."""
+    return f"body over {max_body_bytes} bytes"
 
 
 class WireError(Exception):
@@ -31,15 +46,22 @@ class WireError(Exception):
         self.status, self.code, self.message = status, code, message
         self.field, self.retry_after_s = field, retry_after_s
 
-    def response(self) -> Response:
+    def json_bytes(self) -> bytes:
         body: dict[str, Any] = {"error": self.code, "message": self.message}
         if self.field is not None:
             body["field"] = self.field
-        resp = jsonify(body)
-        resp.status_code = self.status
+        return json.dumps(body).encode()
+
+    def response(self) -> Response:
+        resp = Response(self.json_bytes(), status=self.status, mimetype="application/json")
         if self.retry_after_s is not None:
             resp.headers["Retry-After"] = str(self.retry_after_s)
         return resp
+
+
+def unknown_episode(episode_id: str) -> WireError:
+    return WireError(404, "unknown_episode", f"no episode {episode_id} (closed, evicted after "
+                     "its idle TTL, or never existed)", "episode_id")
 
 
 def bad_field(field: str, message: str) -> WireError:
@@ -59,6 +81,26 @@ def read_json_object() -> dict[str, Any]:
     if field is not None:
         raise bad_field(field or "body", SURROGATE_MESSAGE)
     return body
+
+
+def surrogate_field(body: dict[str, Any]) -> str | None:
+    """The dotted path of the first string (value, or key: its container's path) holding a lone
+    surrogate, else None (JSON `\\ud800` escapes decode to such strings, which no file name or
+    text can hold). Iterative: nesting is bounded only by the body size."""
+    pending: list[tuple[Any, str]] = [(body, "")]
+    while pending:
+        value, path = pending.pop()
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                return path
+            continue
+        items = (value.items() if isinstance(value, dict)
+                 else enumerate(value) if isinstance(value, list) else ())
+        for key, item in items:
+            if isinstance(key, str) and _SURROGATE.search(key):
+                return path
+            pending.append((item, f"{path}.{key}" if path else str(key)))
+    return None
 
 
 def string_field(container: dict[str, Any], key: str, max_chars: int, *,
@@ -91,7 +133,6 @@ def install_error_handlers(app: Flask) -> None:
         status = err.code or 400
         if status == 413:
             return WireError(413, "body_too_large",
-                             f"body over {app.config['MAX_CONTENT_LENGTH']} bytes",
+                             body_too_large_message(app.config["MAX_CONTENT_LENGTH"]),
                              "body").response()
-        return WireError(status, HTTP_ERROR_CODES.get(status, "bad_request"),
-                         err.description or err.name).response()
+        return WireError(status, status_code(status), err.description or err.name).response()

@@ -79,7 +79,7 @@ def retrieval_server(contract_config_path, contract_config):
     subprocess.run([sys.executable, "-m", "evolving_rl.retrieval.build", "--config",
                     str(contract_config_path)], check=True, cwd=ROOT, timeout=300,
                    stdout=subprocess.DEVNULL)
-    start_retrieval_server(contract_config, timeout_s=120)
+    start_retrieval_server(contract_config)
     try:
         yield contract_config_path
     finally:
@@ -102,7 +102,7 @@ END_TO_END = frozenset({
     "tests/alfworld/test_generate.py", "tests/alfworld/test_engine.py",
     "tests/pipeline/test_pipeline_contract.py", "tests/pipeline/test_pipeline_contract_web.py",
     "tests/pipeline/test_pipeline_expert_real.py", "tests/slime/test_hooks_end_to_end.py",
-    "tests/retrieval/test_retrieval_server.py",
+    "tests/retrieval/test_retrieval_server.py", "tests/test_http_server.py",
 })
 
 

@@ -1,11 +1,10 @@
-"""A worker's table of live episodes: ids, capacity, idle-TTL eviction, orphan-free resets.
+"""A worker's live episodes: the slot each holds and the ids they go by.
 
-Owns which episodes exist in one worker process. A reset first reserves a slot (capacity counts
-live episodes and resets in flight; full → 503 + Retry-After), and the episode is registered only
-if its client is still waiting for it — a reset that finishes after the client's deadline, or
-after the client hung up, is dropped on the spot instead of holding memory until the idle TTL.
-Ids are `<worker>-<boot>-<random>`: an id of another boot of this worker is "lost" (410); only
-the router, which saw every boot, tells a forged boot (404) from a past one.
+Owns what an ALFWorld episode is in one worker process (`Slot`, its view) and the worker's table
+of them, `WorkerEpisodes`: the servers' one episode table (`env.episodes`: capacity, idle-TTL
+eviction, orphan-free resets) with ids `<worker>-<boot>-<random>`: an id of another boot of this
+worker is "lost" (410); only the router, which saw every boot, tells a forged boot (404) from a
+past one.
 
 The admissible commands a client sees leave out the engine's `help` command, as the reference
 servers' lists do (`help` stays playable, it is just not offered: small solvers wasted turns on it).
@@ -14,13 +13,12 @@ servers' lists do (`help` stays playable, it is just not offered: small solvers 
 from __future__ import annotations
 
 import secrets
-import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from env.alfworld.runtime import TASK_PREFIX, Episode
-from env.alfworld.wire import EpisodeView, episode_worker, lost, unknown
-from env.wire import WireError
+from env.alfworld.wire import EpisodeView, episode_worker, lost
+from env.episodes import EpisodeTable
+from env.wire import WireError, unknown_episode
 
 UNLISTED_COMMANDS = frozenset({"help"})
 
@@ -34,7 +32,6 @@ class Slot:
     task_type: str
     task: str
     steps: int = 0
-    last_used: float = field(default_factory=time.monotonic)
 
     def view(self, episode_id: str) -> EpisodeView:
         ep = self.episode
@@ -51,74 +48,22 @@ def task_text(intro: str) -> str:
     return rest.strip()
 
 
-class EpisodeTable:
-    """Live episodes of one worker (thread-safe)."""
+class WorkerEpisodes(EpisodeTable[Slot]):
+    """A worker's live episodes (`env.episodes.EpisodeTable`) under ids naming the worker and
+    this boot: an id of another boot of this worker is lost (410), any other unknown (404)."""
 
     def __init__(self, worker_index: int, capacity: int, ttl_s: float,
                  retry_after_s: int) -> None:
+        super().__init__(capacity, ttl_s, retry_after_s, holder=f"worker {worker_index}",
+                         full_code="worker_full")
         self.worker_index = worker_index
         self.boot = secrets.token_hex(4)
-        self._capacity, self._ttl_s, self._retry_after_s = capacity, ttl_s, retry_after_s
-        self._slots: dict[str, Slot] = {}
-        self._reserved = 0
-        self._lock = threading.Lock()
-        self.evicted = 0
-        self.dropped_resets = 0
 
-    def __len__(self) -> int:
-        return len(self._slots)
+    def _new_id(self) -> str:
+        return f"{self.worker_index}-{self.boot}-{secrets.token_hex(8)}"
 
-    @property
-    def reserved(self) -> int:
-        return self._reserved
-
-    def reserve(self) -> None:
-        """Claim room for one reset, or raise 503 + Retry-After."""
-        with self._lock:
-            if len(self._slots) + self._reserved >= self._capacity:
-                raise WireError(503, "worker_full", f"worker {self.worker_index} holds its "
-                                f"capacity of {self._capacity} episodes; retry later",
-                                retry_after_s=self._retry_after_s)
-            self._reserved += 1
-
-    def unreserve(self) -> None:
-        with self._lock:
-            self._reserved -= 1
-
-    def admit(self, slot: Slot, still_wanted: bool) -> str | None:
-        """Register a reserved episode if its client still waits; its id, or None if dropped."""
-        with self._lock:
-            self._reserved -= 1
-            if not still_wanted:
-                self.dropped_resets += 1
-                return None
-            episode_id = f"{self.worker_index}-{self.boot}-{secrets.token_hex(8)}"
-            self._slots[episode_id] = slot
-            return episode_id
-
-    def get(self, episode_id: str) -> Slot:
+    def _missing(self, episode_id: str) -> WireError:
         index, boot = episode_worker(episode_id)
-        with self._lock:
-            slot = self._slots.get(episode_id)
-            if slot is not None:
-                slot.last_used = time.monotonic()
-                return slot
         if index == self.worker_index and boot != self.boot:
-            raise lost(episode_id)
-        raise unknown(episode_id)
-
-    def pop(self, episode_id: str) -> Slot:
-        slot = self.get(episode_id)
-        with self._lock:
-            self._slots.pop(episode_id, None)
-        return slot
-
-    def evict_idle(self) -> int:
-        """Drop episodes idle longer than the TTL; how many were dropped."""
-        cutoff = time.monotonic() - self._ttl_s
-        with self._lock:
-            stale = [eid for eid, slot in self._slots.items() if slot.last_used < cutoff]
-            for eid in stale:
-                del self._slots[eid]
-            self.evicted += len(stale)
-        return len(stale)
+            return lost(episode_id)
+        return unknown_episode(episode_id)

@@ -1,14 +1,14 @@
 """Start and stop the ALFWorld servers (router + N workers) of a config, by PID file only.
 
 Owns the launch API, `start(cfg)` / `stop(cfg)` (what the main job calls), and the operator
-commands over it, which build the `Config` from `--config` and `--set`. `start` launches the
-router as its own session, handing it the config (`env.launch.config_arguments`); the router
-spawns and supervises the workers; `start` returns once the router reports every worker
-healthy. Each process writes its own PID file under `log_dir` (`router.pid`, `worker-<i>.pid`,
-rewritten by a respawned worker) and logs to its own file there. `stop` signals exactly the PIDs
-in those files (SIGTERM, then SIGKILL after `stop_timeout_s`), after checking each still runs
-our module — the router first (it stops its workers), then any worker left over (e.g. when the
-router was killed).
+commands over it (`env.launch.launcher_main`), which build the `Config` from `--config` and
+`--set`. `start` launches the router as its own session, handing it the config
+(`env.launch.config_arguments`); the router spawns and supervises the workers; `start` returns
+once the router reports every worker healthy. Each process writes its own PID file under
+`log_dir` (`router.pid`, `worker-<i>.pid`, rewritten by a respawned worker) and logs to its own
+file there. `stop` signals exactly the PIDs in those files (SIGTERM, then SIGKILL after
+`stop_timeout_s`), after checking each still runs our module — the router first (it stops its
+workers), then any worker left over (e.g. when the router was killed).
 
     python -m env.alfworld.launch start --config configs/alfworld.yaml [--set alfworld.n_workers=4]
     python -m env.alfworld.launch stop  --config configs/alfworld.yaml
@@ -16,7 +16,6 @@ router was killed).
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from pathlib import Path
@@ -25,11 +24,12 @@ from env.launch import (
     LaunchError,
     config_arguments,
     health_ok,
+    launcher_main,
     read_pid,
     start_server,
     stop_pid_file,
 )
-from evolving_rl.config import Config, load_config
+from evolving_rl.config import Config
 
 logger = logging.getLogger(__name__)
 
@@ -63,19 +63,9 @@ def stop(cfg: Config) -> int:
     return stopped
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("start", "stop"))
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    cfg = load_config(args.config, args.set)
-    if args.action == "start":
-        start(cfg)
-    else:
-        stop(cfg)
+def main(argv: list[str] | None = None) -> int:
+    return launcher_main(argv, __doc__.splitlines()[0], start, stop)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -24,7 +24,7 @@ import urllib3
 from flask import Flask, Response, jsonify, request
 
 from env.alfworld.pool import WorkerHandle, WorkerPool, worker_command
-from env.alfworld.wire import CloseRequest, ResetRequest, StepRequest, episode_worker, lost, unknown
+from env.alfworld.wire import CloseRequest, ResetRequest, StepRequest, episode_worker, lost
 from env.http_server import make_server
 from env.launch import (
     add_config_arguments,
@@ -33,7 +33,7 @@ from env.launch import (
     exit_on_sigterm,
     write_pid_file,
 )
-from env.wire import WireError, install_error_handlers, read_json_object
+from env.wire import WireError, install_error_handlers, read_json_object, unknown_episode
 from evolving_rl.config.schema import AlfworldConfig
 
 logger = logging.getLogger(__name__)
@@ -98,10 +98,10 @@ def _episode_call(cfg: AlfworldConfig, pool: WorkerPool, upstream: Upstream, pat
                   episode_id: str, payload: dict) -> Response:
     index, boot = episode_worker(episode_id)
     if index >= len(pool.workers):
-        raise unknown(episode_id)
+        raise unknown_episode(episode_id)
     handle = pool.workers[index]
     if handle.boot != boot:
-        raise lost(episode_id) if boot in handle.boots else unknown(episode_id)
+        raise lost(episode_id) if boot in handle.boots else unknown_episode(episode_id)
     result = upstream.post(handle, path, payload, cfg.step_timeout_s)
     if result is None:
         if pool.exited(handle):
@@ -160,8 +160,8 @@ def main(argv: list[str] | None = None) -> None:
         threading.Thread(target=pool.supervise, daemon=True, name="supervise").start()
         make_server(create_app(cfg, pool, Upstream(http)), host=cfg.host,
                     port=cfg.router_port, threads=cfg.threads,
-                    max_body_bytes=2 * cfg.max_body_bytes, channel_request_lookahead=1,
-                    ident="alfworld-router").run()
+                    max_body_bytes=cfg.max_body_bytes, channel_request_lookahead=1,
+                    ident="alfworld-router").serve()
     finally:
         pool.stop_all()
         logger.info("router stopped")

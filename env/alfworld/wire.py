@@ -13,7 +13,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from env.wire import WireError, bad_field, string_field
+from env.wire import WireError, bad_field, string_field, unknown_episode
 
 MAX_ACTION_CHARS = 1000
 MAX_GAME_CHARS = 1024
@@ -27,15 +27,10 @@ def lost(episode_id: str) -> WireError:
                      "(start a new episode)", "episode_id")
 
 
-def unknown(episode_id: str) -> WireError:
-    return WireError(404, "unknown_episode", f"no episode {episode_id} (closed, evicted after "
-                     "its idle TTL, or never existed)", "episode_id")
-
-
 def _episode_id(body: dict[str, Any]) -> str:
     value = string_field(body, "episode_id", 64)
     if not EPISODE_ID.fullmatch(value):
-        raise unknown(value)
+        raise unknown_episode(value)
     return value
 
 

@@ -22,9 +22,10 @@ from typing import Any
 from flask import Flask, Response, jsonify, request
 
 from env.alfworld.engine import Engine
-from env.alfworld.episodes import EpisodeTable, Slot, task_text
+from env.alfworld.episodes import Slot, WorkerEpisodes, task_text
 from env.alfworld.games import resolve_game
 from env.alfworld.wire import CloseRequest, ResetRequest, StepRequest
+from env.episodes import housekeep
 from env.http_server import make_server
 from env.launch import add_config_arguments, config_from_args, exit_on_sigterm, write_pid_file
 from env.wire import WireError, install_error_handlers, read_json_object
@@ -44,7 +45,7 @@ def _client_gone() -> bool:
     return bool(check and check())
 
 
-def _reset(cfg: AlfworldConfig, root: Path, engine: Engine, table: EpisodeTable) -> Response:
+def _reset(cfg: AlfworldConfig, root: Path, engine: Engine, table: WorkerEpisodes) -> Response:
     req = ResetRequest.parse(read_json_object())
     game = resolve_game(root, req.game)
     budget = min(req.timeout_s or cfg.reset_timeout_s, cfg.reset_timeout_s)
@@ -65,7 +66,7 @@ def _reset(cfg: AlfworldConfig, root: Path, engine: Engine, table: EpisodeTable)
     return jsonify(slot.view(episode_id).to_json())
 
 
-def create_app(cfg: AlfworldConfig, engine: Engine, table: EpisodeTable) -> Flask:
+def create_app(cfg: AlfworldConfig, engine: Engine, table: WorkerEpisodes) -> Flask:
     """The worker app; `engine` and `table` are owned by the caller."""
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = cfg.max_body_bytes
@@ -104,18 +105,13 @@ def create_app(cfg: AlfworldConfig, engine: Engine, table: EpisodeTable) -> Flas
     return app
 
 
-def _housekeeping(table: EpisodeTable, ttl_s: float, parent_pid: int | None,
-                  stop: threading.Event) -> None:
-    """Evict idle episodes; stop this worker when the router that started it is gone."""
-    period = max(0.2, min(ttl_s / 4, 5.0))
-    while not stop.wait(period):
-        evicted = table.evict_idle()
-        if evicted:
-            logger.info("evicted %d idle episodes", evicted)
-        if parent_pid is not None and os.getppid() != parent_pid:
-            logger.warning("router (pid %d) is gone; stopping", parent_pid)
-            os.kill(os.getpid(), signal.SIGTERM)
-            return
+def _router_alive(parent_pid: int | None) -> bool:
+    """False, after asking this worker to stop, once the router that started it is gone."""
+    if parent_pid is None or os.getppid() == parent_pid:
+        return True
+    logger.warning("router (pid %d) is gone; stopping", parent_pid)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return False
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -130,16 +126,16 @@ def main(argv: list[str] | None = None) -> None:
     exit_on_sigterm()
     write_pid_file(Path(cfg.log_dir) / f"worker-{args.index}.pid")
     engine = Engine(cfg.translation_cache_games)
-    table = EpisodeTable(args.index, cfg.capacity, cfg.episode_ttl_s,
-                         cfg.retry_after_s)
+    table = WorkerEpisodes(args.index, cfg.capacity, cfg.episode_ttl_s,
+                           cfg.retry_after_s)
     stop = threading.Event()
-    threading.Thread(target=_housekeeping, daemon=True, name="housekeeping",
-                     args=(table, cfg.episode_ttl_s, args.parent_pid, stop)).start()
+    threading.Thread(target=housekeep, daemon=True, name="housekeeping",
+                     args=(table, stop, lambda: _router_alive(args.parent_pid))).start()
     try:
         make_server(create_app(cfg, engine, table), host=cfg.host,
                     port=cfg.worker_base_port + args.index, threads=cfg.threads,
-                    max_body_bytes=2 * cfg.max_body_bytes, channel_request_lookahead=1,
-                    ident="alfworld-worker").run()
+                    max_body_bytes=cfg.max_body_bytes, channel_request_lookahead=1,
+                    ident="alfworld-worker").serve()
     finally:
         stop.set()
         engine.shutdown()

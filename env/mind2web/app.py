@@ -14,7 +14,8 @@ from typing import Any
 
 from flask import Flask, Response, jsonify
 
-from env.mind2web.episodes import MODES, Episode, EpisodeTable, result_json
+from env.episodes import EpisodeTable
+from env.mind2web.episodes import MODES, Episode, result_json
 from env.mind2web.store import TaskKey, TaskStore
 from env.mind2web.validate import OPS, Action
 from env.wire import WireError, bad_field, install_error_handlers, read_json_object, string_field
@@ -59,7 +60,7 @@ def _action(body: dict[str, Any]) -> Action:
                                        required=False))
 
 
-def create_app(cfg: Mind2WebConfig, store: TaskStore, table: EpisodeTable) -> Flask:
+def create_app(cfg: Mind2WebConfig, store: TaskStore, table: EpisodeTable[Episode]) -> Flask:
     """The server app over `store` and `table` (both owned by the caller)."""
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = cfg.max_body_bytes

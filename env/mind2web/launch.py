@@ -4,31 +4,29 @@
     python -m env.mind2web.launch stop  --config configs/web.yaml
 
 Owns the launch API, `start(cfg)` / `stop(cfg)` (what the main job and the tests call), and the
-operator commands over it. `start` runs `env.mind2web.server` in its own session with the config
-on its command line (`env.launch.config_arguments`), output to `<log_dir>/server.log`, and returns
-its PID once `/health` answers (the server indexes its tasks first: `start_timeout_s`). `stop`
-signals exactly the PID in `<log_dir>/server.pid`, after checking that it still runs our module.
-"""
+operator commands over it (`env.launch.launcher_main`). `start` runs `env.mind2web.server` in
+its own session with the config on its command line (`env.launch.config_arguments`), output to
+`<log_dir>/server.log`, and returns its PID once `/health` answers (the server indexes its tasks
+first: `start_timeout_s`). `stop` signals exactly the PID in `<log_dir>/server.pid`, after
+checking that it still runs our module. """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from pathlib import Path
 
 from env.launch import (
     LaunchError,
-    add_config_arguments,
     config_arguments,
-    config_from_args,
     health_ok,
+    launcher_main,
     read_pid,
     start_server,
     stop_pid_file,
 )
 from env.mind2web.server import pid_file
-from evolving_rl.config import Config, ConfigError
+from evolving_rl.config import Config
 
 logger = logging.getLogger(__name__)
 
@@ -54,21 +52,7 @@ def stop(cfg: Config) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("start", "stop"))
-    add_config_arguments(parser)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    try:
-        cfg = config_from_args(args)
-        if args.action == "start":
-            start(cfg)
-        else:
-            stop(cfg)
-    except (ConfigError, LaunchError) as err:
-        logger.error("%s", err)
-        return 2
-    return 0
+    return launcher_main(argv, __doc__.splitlines()[0], start, stop)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ annotation id in two files, prepared splits from files it does not serve or that
 `TaskDataError`) exits with the message, never healthy; cold page
 snapshots are built by a pool of processes (`mind2web.snapshot_processes`,
 `env.mind2web.snapshot_pool`); `<log_dir>/server.pid` is written once listening and removed at
-exit; a housekeeping thread evicts idle episodes; SIGTERM stops cleanly.
+exit; a housekeeping thread evicts idle episodes; SIGTERM stops cleanly, the requests in flight
+answered first (`env.http_server.Server.serve`).
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import logging
 import threading
 from pathlib import Path
 
+from env.episodes import EpisodeTable, housekeep
 from env.http_server import make_server
 from env.launch import add_config_arguments, config_from_args, exit_on_sigterm, write_pid_file
 from env.mind2web.app import create_app
-from env.mind2web.episodes import EpisodeTable
+from env.mind2web.episodes import Episode
 from env.mind2web.snapshot_pool import SnapshotBuilder, pool_size
 from env.mind2web.store import TaskDataError, TaskStore, check_prepared
 from evolving_rl.config.schema import Mind2WebConfig
@@ -32,13 +34,6 @@ logger = logging.getLogger(__name__)
 
 def pid_file(cfg: Mind2WebConfig) -> Path:
     return Path(cfg.log_dir) / "server.pid"
-
-
-def _housekeeping(table: EpisodeTable, ttl_s: float, stop: threading.Event) -> None:
-    while not stop.wait(max(0.2, min(ttl_s / 4, 5.0))):
-        evicted = table.evict_idle()
-        if evicted:
-            logger.info("evicted %d idle episodes", evicted)
 
 
 def _collect_rarely() -> None:
@@ -64,22 +59,22 @@ def main(argv: list[str] | None = None) -> None:
     except TaskDataError as err:
         builder.close()
         raise SystemExit(f"error: {err}") from None
-    table = EpisodeTable(cfg.capacity, cfg.episode_ttl_s, cfg.retry_after_s)
+    table: EpisodeTable[Episode] = EpisodeTable(cfg.capacity, cfg.episode_ttl_s,
+                                                cfg.retry_after_s)
     server = make_server(create_app(cfg, store, table), host=cfg.host, port=cfg.port,
-                         threads=cfg.threads, max_body_bytes=2 * cfg.max_body_bytes,
+                         threads=cfg.threads, max_body_bytes=cfg.max_body_bytes,
                          ident="mind2web")
     _collect_rarely()
     write_pid_file(pid_file(cfg))
     stop = threading.Event()
-    threading.Thread(target=_housekeeping, args=(table, cfg.episode_ttl_s, stop), daemon=True,
+    threading.Thread(target=housekeep, args=(table, stop), daemon=True,
                      name="housekeeping").start()
     logger.info("serving %d tasks on http://%s:%d (snapshots built by %d processes)", len(store),
                 cfg.host, cfg.port, builder.processes)
     try:
-        server.run()
+        server.serve()
     finally:
         stop.set()
-        server.close()
         builder.close()
         logger.info("mind2web server on port %d stopped", cfg.port)
 

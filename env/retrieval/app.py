@@ -1,21 +1,20 @@
 """Flask app factory of the retrieval server: `/health` and `/search`.
 
-Owns the HTTP surface only: body size limit (413), JSON decoding and validation (400 naming the
-problem, via `evolving_rl.retrieval.protocol`), JSON errors for every HTTP error, and the search
+Owns the HTTP surface only: the body (a JSON object, at most `max_body_bytes`: `env.wire`),
+validation (400 naming the problem, via `evolving_rl.retrieval.protocol`), errors in the wire's one
+JSON shape `{"error", "message", "field"}` (`env.wire.install_error_handlers`), and the search
 service that turns query texts into vectors (reusing index vectors for exact indexed texts when
 the model has no query prompt, else encoding them online) and asks the index for top-k.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 
 import numpy as np
-from flask import Flask, Response, jsonify, request
-from werkzeug.exceptions import HTTPException
+from flask import Flask, Response, jsonify
 
-from env.http_server import SURROGATE_MESSAGE, surrogate_field
+from env.wire import WireError, install_error_handlers, read_json_object
 from evolving_rl.config.schema import RetrievalConfig
 from evolving_rl.retrieval.encoder import Encoder
 from evolving_rl.retrieval.index import Hit, SearchIndex
@@ -57,15 +56,12 @@ class SearchService:
         return self.index.search(vectors, req.k, list(req.filters), req.order)
 
 
-def _json_error(status: int, message: str) -> tuple[Response, int]:
-    return jsonify(error=message, status=status), status
-
-
 def create_app(index: SearchIndex, encoder: Encoder, cfg: RetrievalConfig) -> Flask:
     """Build the app serving `index` with `encoder`, limits from `cfg`."""
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = cfg.max_body_bytes
     app.json.sort_keys = False
+    install_error_handlers(app)
     service = SearchService(index, encoder)
     limits = Limits(cfg.max_k, cfg.max_batch_queries, frozenset(index.split_masks),
                     frozenset(index.type_masks))
@@ -78,28 +74,13 @@ def create_app(index: SearchIndex, encoder: Encoder, cfg: RetrievalConfig) -> Fl
 
     @app.post("/search")
     def search() -> Response:
-        raw = request.get_data(cache=False)
-        try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
-            raise RequestError(f"malformed JSON body: {err}") from None
-        field = surrogate_field(body) if isinstance(body, dict) else None
-        if field is not None:
-            raise RequestError(f"{field or 'body'}: {SURROGATE_MESSAGE}")
-        req = parse_search_request(body, limits)
+        req = parse_search_request(read_json_object(), limits)
         results = service.search(req)
         return jsonify(model=index.model,
                        results=[[hit_to_json(hit) for hit in hits] for hits in results])
 
     @app.errorhandler(RequestError)
-    def bad_request(err: RequestError) -> tuple[Response, int]:
-        return _json_error(400, str(err))
-
-    @app.errorhandler(HTTPException)
-    def http_error(err: HTTPException) -> tuple[Response, int]:
-        code = err.code or 500
-        if code == 413:
-            return _json_error(413, f"request body over {cfg.max_body_bytes} bytes")
-        return _json_error(code, err.description or err.name)
+    def bad_request(err: RequestError) -> Response:
+        return WireError(400, "bad_request", str(err)).response()
 
     return app

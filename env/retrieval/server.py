@@ -5,7 +5,8 @@
 Owns start-up order and refusal: the cache is read first and its model compared with the
 configured one before the model is loaded, so a cache built with another model stops the
 process with a clear message and exit code 2. Writes `<log_dir>/retrieval-<port>.pid` and logs
-to `<log_dir>/retrieval-<port>.log`; SIGTERM shuts down cleanly and removes the PID file.
+to `<log_dir>/retrieval-<port>.log`; SIGTERM shuts down cleanly (the requests in flight answered
+first: `env.http_server.Server.serve`) and removes the PID file.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import signal
-import sys
 from pathlib import Path
 
 from env.http_server import make_server
@@ -96,17 +95,14 @@ def main(argv: list[str] | None = None) -> int:
     app = create_app(index, encoder, cfg)
     try:
         server = make_server(app, host=cfg.host, port=cfg.port, threads=cfg.threads,
-                             max_body_bytes=4 * cfg.max_body_bytes, ident="retrieval",
-                             error_body=lambda status, message: {"error": message,
-                                                                 "status": status})
+                             max_body_bytes=cfg.max_body_bytes, ident="retrieval")
     except OSError as err:
         logger.error("cannot listen on %s:%d: %s", cfg.host, cfg.port, err)
         return 2
     write_pid_file(pid_file(cfg))
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     logger.info("serving %d tasks (%s, %d-d) on http://%s:%d with %d threads; config %s",
                 index.size, index.model, index.dimension, cfg.host, cfg.port,
                 cfg.threads, dataclasses.asdict(cfg))
-    server.run()
+    server.serve()
     logger.info("retrieval server on port %d stopped", cfg.port)
     return 0

@@ -11,7 +11,10 @@ import psutil
 import pytest
 import requests
 
-from tests.servers import health_latencies_under_slow_clients
+from tests.servers import (
+    assert_served_under_hostile_connections,
+    health_latencies_under_slow_clients,
+)
 
 SAME_OUTSIDE = "game: must be the path of a game inside the data root, relative to it"
 
@@ -107,10 +110,11 @@ def test_client_mistakes_get_json_4xx(servers, alfworld_games, alfworld_root, tm
             assert resp.status_code == 400 and resp.json()["message"] == SAME_OUTSIDE, name
     finally:
         link.unlink()
-    big = {"game": game, "pad": "x" * (70 * 1024)}
-    assert _post_raw(base, "/reset", big).status_code == 413
-    huge = _post_raw(base, "/reset", {"game": game, "pad": "x" * (200 * 1024)})  # waitress's
-    assert huge.status_code == 413 and huge.json()["field"] == "body"
+    limit = servers.cfg.alfworld.max_body_bytes
+    for pad in (limit, 3 * limit):  # one limit, one answer (waitress's and the app's alike)
+        big = _post_raw(base, "/reset", {"game": game, "pad": "x" * pad})
+        assert big.status_code == 413 and big.json() == {
+            "error": "body_too_large", "message": f"body over {limit} bytes", "field": "body"}
     surrogate = _post_raw(base, "/reset", {"game": "\ud800/game.tw-pddl"})
     assert surrogate.status_code == 400 and surrogate.json()["field"] == "game"
     assert requests.get(f"{base}/nowhere", timeout=5).json()["error"] == "no_such_route"
@@ -124,6 +128,19 @@ def test_health_is_served_while_200_slow_clients_hold_connections(servers, targe
     base = servers.url if target == "router" else servers.worker_url(0)
     latencies = health_latencies_under_slow_clients(base)
     assert max(latencies) < 2.0, latencies
+
+
+@pytest.mark.parametrize("target", ["router", "worker"])
+def test_normal_clients_are_answered_under_2000_hostile_connections(servers, alfworld_games,
+                                                                    target):
+    base = servers.url if target == "router" else servers.worker_url(0)
+
+    def reset_and_close() -> bool:
+        view = servers.post("/reset", {"game": alfworld_games[0].key}, base=base)
+        return view.status_code == 200 and servers.post(
+            "/close", {"episode_id": view.json()["episode_id"]}, base=base).status_code == 200
+
+    assert_served_under_hostile_connections(base, reset_and_close)
 
 
 def test_capacity_gives_503_with_retry_after(servers, alfworld_games):

@@ -26,7 +26,10 @@ from env.mind2web.store import LRU, OUTSIDE, TaskDataError, TaskStore, check_pre
 from env.mind2web.validate import GoldStep, expected_refs
 from evolving_rl.config import Config, parse_config
 from evolving_rl.domains.mind2web_metrics import REFERENCE_FALLBACK
-from tests.servers import health_latencies_under_slow_clients
+from tests.servers import (
+    assert_served_under_hostile_connections,
+    health_latencies_under_slow_clients,
+)
 
 
 @dataclass(frozen=True)
@@ -242,12 +245,12 @@ def test_client_mistakes_get_json_4xx_naming_the_field(server, tasks):
         assert resp.json()["error"] and resp.json().get("field") == field, (path, resp.text)
     bad_json = requests.post(f"{server.url}/reset", data=b"{no", timeout=10)
     assert bad_json.status_code == 400 and bad_json.json()["field"] == "body"
-    big = server.post("/reset", {"task": task_id, "pad": "x" * 70_000})
-    assert big.status_code == 413 and big.json()["field"] == "body"
+    limit = server.cfg.mind2web.max_body_bytes
+    for pad in (limit, 3 * limit):  # one limit, one answer (waitress's and the app's alike)
+        big = server.post("/reset", {"task": task_id, "pad": "x" * pad})
+        assert big.status_code == 413 and big.json() == {
+            "error": "body_too_large", "message": f"body over {limit} bytes", "field": "body"}
     # waitress answers these itself, before the app, in the same JSON shape
-    huge = server.post("/reset", {"task": task_id, "pad": "x" * 200_000})
-    assert huge.status_code == 413 and huge.json()["error"] == "body_too_large"
-    assert huge.json()["field"] == "body"
     status, body = _raw(server, "POST /reset HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n"
                                 "Connection: close")
     assert status == 400 and "Content-Length" in json.loads(body)["message"]
@@ -261,6 +264,15 @@ def test_health_is_served_while_200_slow_clients_hold_connections(server):
     latencies = health_latencies_under_slow_clients(server.url)
     assert max(latencies) < 2.0, latencies
     assert requests.get(f"{server.url}/health", timeout=5).status_code == 200
+
+
+def test_normal_clients_are_answered_under_2000_hostile_connections(server, tasks):
+    def reset_and_close() -> bool:
+        view = server.post("/reset", {"task": tasks[0].data["annotation_id"]})
+        return view.status_code == 200 and server.post(
+            "/close", {"episode_id": view.json()["episode_id"]}).status_code == 200
+
+    assert_served_under_hostile_connections(server.url, reset_and_close)
 
 
 def test_task_files_outside_the_root_get_one_answer(server, mind2web_prepared, tmp_path):

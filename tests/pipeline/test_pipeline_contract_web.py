@@ -79,7 +79,7 @@ def web_world(tmp_path_factory) -> Iterator[WebWorld]:
     subprocess.run([sys.executable, "-m", "evolving_rl.retrieval.build", "--config",
                     str(config_path)], check=True, cwd=ROOT, timeout=300,
                    stdout=subprocess.DEVNULL)
-    start_retrieval_server(cfg, timeout_s=120)
+    start_retrieval_server(cfg)
     try:
         mind2web_server("start", config_path)
         try:

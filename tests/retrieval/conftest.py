@@ -52,7 +52,7 @@ def cache(config, encoder) -> EmbeddingCache:
 
 @pytest.fixture(scope="session")
 def server(config, cache) -> RetrievalServer:
-    handle = start_retrieval_server(config, timeout_s=120)
+    handle = start_retrieval_server(config)
     yield handle
     assert stop_retrieval_server(config)
     assert handle.proc.wait(10) == 0

@@ -22,8 +22,17 @@ def test_stale_pid_file_of_another_program_is_not_signalled(tmp_path):
 def test_server_that_cannot_start_is_reported_with_its_log(tmp_path, prepared_dir, make_config):
     cfg = load_config(make_config(tmp_path, prepared_dir))  # no cache built at cache_path
     with pytest.raises(LaunchError, match="exited with code 2") as info:
-        start_retrieval_server(cfg, timeout_s=60)
+        start_retrieval_server(cfg)
     log = tmp_path / "logs" / next(p.name for p in (tmp_path / "logs").glob("*.log"))
     assert str(log.with_suffix(".out")) in str(info.value)
     assert "embedding cache not found" in log.read_text()
     assert stop_retrieval_server(cfg) is False
+
+
+def test_the_start_wait_is_the_configs(tmp_path, prepared_dir, make_config, config, cache):
+    """No wait of its own: `retrieval.start_timeout_s` (the model alone loads for seconds)."""
+    cfg = load_config(make_config(tmp_path, prepared_dir, start_timeout_s=0.5,
+                                  cache_path=config.retrieval.cache_path))
+    with pytest.raises(LaunchError, match="not healthy after 0 s"):
+        start_retrieval_server(cfg)
+    assert stop_retrieval_server(cfg) is False  # the failed start stopped its process

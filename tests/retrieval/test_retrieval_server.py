@@ -16,7 +16,10 @@ from retrieval_helpers import MAX_BODY, MAX_K, MAX_QUERIES, assert_valid_top_k
 from evolving_rl.retrieval.cache import save_cache
 from evolving_rl.retrieval.index import SearchFilter, SearchIndex
 from tests.fakes.synthetic_tasks import unseen_queries
-from tests.servers import health_latencies_under_slow_clients
+from tests.servers import (
+    assert_served_under_hostile_connections,
+    health_latencies_under_slow_clients,
+)
 
 
 def post(server, body, **kwargs):
@@ -152,14 +155,15 @@ def test_concurrent_clients(server, cache):
      r"'exclude_ids_per_query\[0\]' must be a list of strings"),
     ({"query": "a", "k": 3, "order": "random"}, "'order' must be one of"),
     ({"query": "a", "k": 3, "top": 3}, "unknown field 'top'"),
-    (["a", "list"], "request body must be a JSON object"),
-    ("a string", "request body must be a JSON object"),
+    (["a", "list"], "body must be a JSON object"),
+    ("a string", "body must be a JSON object"),
 ])
 def test_bad_input_is_400_naming_the_problem(server, body, message):
     response = post(server, body)
     assert response.status_code == 400, response.text
-    assert response.json()["status"] == 400
-    assert re.search(message, response.json()["error"]), response.json()["error"]
+    error = response.json()
+    assert error["error"] == ("malformed_json" if "JSON object" in message else "bad_request")
+    assert re.search(message, error["message"]), error
 
 
 @pytest.mark.parametrize("data", [b"{not json", b"", b"\xff\xfe\x00garbage", b"[" * 4000])
@@ -167,17 +171,18 @@ def test_malformed_json_is_400(server, data):
     response = requests.post(f"{server.url}/search", data=data, timeout=30,
                              headers={"Content-Type": "application/json"})
     assert response.status_code == 400
-    assert "malformed JSON" in response.json()["error"]
+    assert response.json() == {"error": "malformed_json", "message": "body is not valid JSON",
+                               "field": "body"}
 
 
-def test_oversized_body_is_413(server):
-    body = json.dumps({"query": "x" * MAX_BODY, "k": 1}).encode()
-    response = requests.post(f"{server.url}/search", data=body, timeout=30)
-    assert response.status_code == 413
-    assert f"over {MAX_BODY} bytes" in response.json()["error"]
-    huge = json.dumps({"query": "x" * (5 * MAX_BODY), "k": 1}).encode()  # waitress refuses it
-    response = requests.post(f"{server.url}/search", data=huge, timeout=30)
-    assert response.status_code == 413 and response.json()["status"] == 413
+def test_one_body_limit_is_413_naming_it_whatever_the_size(server):
+    """The app and waitress refuse alike: one limit (retrieval.max_body_bytes), one message."""
+    expected = {"error": "body_too_large", "message": f"body over {MAX_BODY} bytes",
+                "field": "body"}
+    for size in (MAX_BODY, 5 * MAX_BODY):
+        body = json.dumps({"query": "x" * size, "k": 1}).encode()
+        response = requests.post(f"{server.url}/search", data=body, timeout=30)
+        assert response.status_code == 413 and response.json() == expected
 
 
 def test_a_lone_surrogate_is_a_400_naming_its_field(server):
@@ -185,7 +190,8 @@ def test_a_lone_surrogate_is_a_400_naming_its_field(server):
                         ({"queries": ["ok", "\udfff"], "k": 1}, "queries.1")):
         response = requests.post(f"{server.url}/search", json=body, timeout=30)
         assert response.status_code == 400, response.text
-        assert response.json()["error"].startswith(f"{field}: holds a lone surrogate")
+        assert response.json()["field"] == field
+        assert response.json()["message"].startswith(f"{field}: holds a lone surrogate")
 
 
 def test_health_is_served_while_200_slow_clients_hold_connections(server):
@@ -193,9 +199,15 @@ def test_health_is_served_while_200_slow_clients_hold_connections(server):
     assert max(latencies) < 2.0, latencies
 
 
+def test_normal_clients_are_answered_under_2000_hostile_connections(server, cache):
+    question = cache.rows[0].question
+    assert_served_under_hostile_connections(
+        server.url, lambda: post(server, {"query": question, "k": 3}).status_code == 200)
+
+
 def test_unknown_route_and_method_are_json_errors(server):
-    assert requests.get(f"{server.url}/nope", timeout=10).json()["status"] == 404
-    assert requests.get(f"{server.url}/search", timeout=10).json()["status"] == 405
+    assert requests.get(f"{server.url}/nope", timeout=10).json()["error"] == "no_such_route"
+    assert requests.get(f"{server.url}/search", timeout=10).json()["error"] == "method_not_allowed"
 
 
 def test_cache_of_another_model_is_refused(tmp_path, cache, prepared_dir, make_config):

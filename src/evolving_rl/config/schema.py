@@ -187,7 +187,7 @@ def section_default(owner: type, name: str, default: Any) -> Any:
 @dataclass(frozen=True)
 class ServerSettings:
     """What every server section shares: the address its processes listen on, their request
-    threads, the request bodies they accept and where they log."""
+    threads, the request bodies they accept, where they log and the launcher's waits."""
 
     #: Keys of earlier versions -> the key that holds the setting now (a load error names it).
     RENAMED: ClassVar[dict[str, str]] = {"threads_per_server": "threads"}
@@ -199,12 +199,14 @@ class ServerSettings:
     max_body_bytes: int = bounded(65536, ge=1024)
     # Each process's log and PID file.
     log_dir: str = "runs/logs"
+    # The launcher's waits: for a started process's /health, for a stopped one to exit.
+    start_timeout_s: float = bounded(120.0, gt=0.0)
+    stop_timeout_s: float = bounded(10.0, gt=0.0)
 
 
 @dataclass(frozen=True)
 class EpisodeServerSettings(ServerSettings):
-    """An environment's servers: live episodes and the launcher's waits, besides the shared
-    server settings."""
+    """An environment's servers: live episodes, besides the shared server settings."""
 
     RENAMED: ClassVar[dict[str, str]] = {**ServerSettings.RENAMED,
                                          "capacity_per_worker": "capacity"}
@@ -214,9 +216,6 @@ class EpisodeServerSettings(ServerSettings):
     capacity: int = bounded(1024, ge=1)
     episode_ttl_s: float = bounded(900.0, gt=0.0)
     retry_after_s: int = bounded(1, ge=1)
-    # The launcher's waits: for a started process's /health, for a stopped one to exit.
-    start_timeout_s: float = bounded(120.0, gt=0.0)
-    stop_timeout_s: float = bounded(10.0, gt=0.0)
 
 
 @dataclass(frozen=True)
