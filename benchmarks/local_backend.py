@@ -111,7 +111,7 @@ def bench_generation(model, tokenizer, n: int, new_tokens: int) -> float:
     return ratio
 
 
-def _observation(episode: int, step: int) -> Observation:
+def synthetic_observation(episode: int, step: int) -> Observation:
     obj = OBJECTS[episode % len(OBJECTS)]
     text = (f"You arrive at drawer {step + 1}. On the drawer {step + 1}, you see a {obj} "
             f"{episode + 1}, a pen {step + 2} and a keychain 1.")
@@ -129,7 +129,7 @@ async def _episode(policy: LocalPolicy, chat: HFChatTokenizer, cfg, episode: int
     prefix = chat.encode_text(cfg.pipeline.solver_reply_prefix)
     task = TaskSpec(id=str(episode), question=f"put a clean {OBJECTS[episode % 8]} in shelf.",
                     task_type="pick_clean_then_place_in_recep", split="train")
-    context = chat.encode_prompt(adapter.solver_messages(task, _observation(episode, 0),
+    context = chat.encode_prompt(adapter.solver_messages(task, synthetic_observation(episode, 0),
                                                          None)) + prefix
     sampling = SamplingParams(temperature=0.0, top_p=1.0, top_k=-1,
                               max_new_tokens=cfg.pipeline.max_turn_tokens, stop=adapter.stop)
@@ -138,7 +138,7 @@ async def _episode(policy: LocalPolicy, chat: HFChatTokenizer, cfg, episode: int
         generation = await policy.generate(context, sampling)
         replies.append(generation.token_ids)
         context = context + list(generation.token_ids) + chat.encode_followup(
-            adapter.render_observation(step + 1, _observation(episode, step + 1)),
+            adapter.render_observation(step + 1, synthetic_observation(episode, step + 1)),
             generation.token_ids[-1]) + prefix
     return replies
 
