@@ -6,7 +6,9 @@
 # (slime's other CPU requirements, ray, sglang-router, wandb, pylatexenc, six, are in the dev
 # extra.) SGLang 0.5.15.post1 pins transformers 5.12.1 and tokenizers < 0.23.1, older than the
 # project's; no torchvision build matches the CPU torch (tests/slime_upstream/stand_ins says how
-# that is handled). Idempotent: a stamp records the pin list.
+# that is handled). kernels is SGLang's pin (< 0.15): transformers 5.12.1 builds its hub-kernel table
+at import from whatever kernels it finds, and the project's newer transformers brings kernels
+0.19, whose LayerRepository refuses that table. Idempotent: a stamp records the pin list.
 # Usage: scripts/upstream_overlay.sh   (VENV [.venv] as scripts/setup_env.sh)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,6 +21,7 @@ PINS=(
     ipython==9.18.1 ipython-pygments-lexers==1.1.1 jedi==0.20.1 parso==0.8.7 traitlets==5.16.1
     decorator==5.3.1 pexpect==4.9.0 ptyprocess==0.7.0 stack-data==0.6.3 asttokens==3.0.2
     executing==2.3.0 pure-eval==0.2.4 matplotlib-inline==0.2.2
+    kernels==0.14.1 kernels-data==0.14.1
 )
 stamp="$OVERLAY/.pins"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "${PINS[*]}" ]; then

@@ -120,7 +120,7 @@ def world(request, tmp_path_factory) -> Iterator[World]:
         patch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
         subprocess.run([sys.executable, "-m", "evolving_rl.retrieval.build", "--config",
                         str(config)], check=True, cwd=ROOT, timeout=300, stdout=subprocess.DEVNULL)
-        start_retrieval_server(cfg, timeout_s=120)
+        start_retrieval_server(cfg)
         env_servers("start", config)
     try:
         yield World(script, config, prepared, responder)
