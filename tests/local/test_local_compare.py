@@ -54,7 +54,7 @@ def test_every_run_gets_its_own_ports_folder_and_logs(tmp_path):
         assert not used & taken, run
         taken |= used
         load_config(ROOT / "configs" / "local_gpu.yaml", list(run.overrides))  # still valid
-    assert {key for key, _ in _port_fields(cfg)} >= {"alfworld.router_port", "retrieval.port"}
+    assert {key for key, _ in _port_fields(cfg)} >= {"alfworld.port", "retrieval.port"}
 
 
 def _log(run_dir: Path, success: list[float], before: float, after: float) -> None:
@@ -163,7 +163,7 @@ def test_two_real_runs_side_by_side(tmp_path):
         "local.max_batch_generate": 8, "local.prefix_cache_entries": 32,
         "local.gradient_checkpointing": True,
         "alfworld.data_root": tmp_path / "data", "alfworld.prepared_dir": tmp_path / "prep",
-        "alfworld.n_workers": 1, "alfworld.router_port": base,
+        "alfworld.n_workers": 1, "alfworld.port": base,
         "alfworld.worker_base_port": base + 1, "retrieval.port": base + 2,
         "retrieval.cache_path": tmp_path / "cache.npz", "retrieval.device": "cpu",
         "local.games_per_type": 1, "local.generator_workers": 1, "local.train_steps": 1,
