@@ -112,22 +112,23 @@ NOT_RUN: dict[str, str] = {
 # The skill library written here: like the default run's (3 steps x 3 source tasks x 2 skills of
 # SmolLM2 in the compact format; it never wins, so a played skill scores 0.0 and an unparsed one
 # -format_penalty).
-QUESTIONS = {
-    "pick_heat_then_place_in_recep": "heat some mug and put it in cabinet.",
-    "pick_clean_then_place_in_recep": "clean some apple and put it in fridge.",
-    "look_at_obj_in_light": "look at tennisracket under the desklamp.",
-    "pick_cool_then_place_in_recep": "cool some bottle and put it in countertop.",
-    "pick_and_place_simple": "put some pencil on desk.",
-    "pick_two_obj_and_place": "put two cd in safe.",
+QUESTIONS = {  # task type -> (a source question, the skill's name)
+    "pick_heat_then_place_in_recep": ("heat some mug and put it in cabinet.", "Heat the mug"),
+    "pick_clean_then_place_in_recep": ("clean some apple and put it in fridge.", "Clean it"),
+    "look_at_obj_in_light": ("look at tennisracket under the desklamp.", "Use the lamp"),
+    "pick_cool_then_place_in_recep": ("cool some bottle and put it in countertop.", "Cool it"),
+    "pick_and_place_simple": ("put some pencil on desk.", "Take the pencil"),
+    "pick_two_obj_and_place": ("put two cd in safe.", "Take the first cd"),
 }
 
 
 def _record(step: int, task_type: str, index: int) -> SkillRecord:
     parsed = (step + index) % 2 == 1
-    skill = {**COMPACT_SKILL, "name": f"{QUESTIONS[task_type].split(' some ')[0]} the object"}
+    question, name = QUESTIONS[task_type]
+    skill = {**COMPACT_SKILL, "name": name}
     return SkillRecord(
         rollout=f"2026120{step}T1442{step}1", source_id=f"train/{task_type}-{step}/trial_T{step}",
-        source_question=QUESTIONS[task_type], source_task_type=task_type, source_success=False,
+        source_question=question, source_task_type=task_type, source_success=False,
         skill_index=index, skill_format="compact", status="completed", parse_ok=parsed,
         parse_reason="ok" if parsed else "no_json_object", audit_ok=parsed, audit_rule=None,
         audit_detail="", skill=skill if parsed else None,
