@@ -22,6 +22,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,7 @@ from tests.fakes.scripted import COMPACT_SKILL
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DEFAULT_CONFIG = ROOT / "configs/local_cpu.yaml"
+HELP_WORKERS = 4
 
 MAIN_JOB = "the main job, 12-33 min on 2 cores (tests/local/test_local_job.py runs it, slow)"
 GPU_JOB = "a GPU job (the CPU job is tests/local/test_local_job.py)"
@@ -240,19 +242,35 @@ def test_skill_commands_run_on_the_default_runs_library(tmp_path):
             RUN_AS_WRITTEN[command](result.stdout, tmp_path)
 
 
+HelpRuns = tuple[dict[str, subprocess.CompletedProcess[str]], bool]
+
+
+@pytest.fixture(scope="module")
+def help_runs() -> HelpRuns:
+    """Every `HELP_FORM` command run with `--help` appended (a few at a time: most of the time
+    is interpreter start-up and imports), and whether the checkout's data folders kept their
+    files."""
+    before = _written()
+    with ThreadPoolExecutor(HELP_WORKERS) as pool:
+        results = dict(zip(HELP_FORM, pool.map(lambda c: run(f"{c} --help", ROOT), HELP_FORM),
+                           strict=True))
+    return results, _written() == before
+
+
 @pytest.mark.parametrize("command", sorted(HELP_FORM))
-def test_help_form_names_the_readme_options(command):
-    before = _untracked()
-    result = run(f"{command} --help", ROOT)
+def test_help_form_names_the_readme_options(command, help_runs):
+    result = help_runs[0][command]
     assert result.returncode == 0, (command, result.stderr)
     assert result.stdout.strip(), command
     options = {word.split("=")[0] for word in shlex.split(command) if word.startswith("--")}
     assert not [o for o in options if o not in result.stdout], (command, result.stdout)
-    assert _untracked() == before, "its --help wrote into the checkout"
 
 
-def _untracked() -> str:
-    """What git sees in the folders a command writes to, ignored files included."""
-    return subprocess.run(["git", "status", "--porcelain", "--ignored", "--untracked-files=all",
-                           "--", "data", "runs", "models", ".venv"],
-                          cwd=ROOT, capture_output=True, text=True, check=True).stdout
+def test_help_forms_write_nothing(help_runs):
+    assert help_runs[1], "a --help form wrote into the checkout's data/, runs/ or models/"
+
+
+def _written() -> set[tuple[str, int]]:
+    """Every file under the folders the commands write to, with its size."""
+    return {(str(path), path.stat().st_size) for folder in ("data", "runs", "models")
+            for path in (ROOT / folder).rglob("*") if path.is_file()}
