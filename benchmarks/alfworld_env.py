@@ -151,7 +151,7 @@ def worker_rss(url: str) -> list[int]:
 def start_servers(args, root: Path, run_dir: Path) -> tuple[str, Config]:
     router = free_port_block(1 + args.workers)
     base = router + 1
-    overrides = [f"alfworld.data_root={root}", f"alfworld.router_port={router}",
+    overrides = [f"alfworld.data_root={root}", f"alfworld.port={router}",
                  f"alfworld.worker_base_port={base}", f"alfworld.n_workers={args.workers}",
                  f"alfworld.log_dir={run_dir / 'logs'}",
                  f"alfworld.capacity={args.capacity}"]

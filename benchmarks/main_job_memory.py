@@ -109,7 +109,7 @@ def free_port() -> int:
 
 def job_command(args: argparse.Namespace, run_dir: Path, extra: tuple[str, ...]) -> list[str]:
     sets = [f"run.output_dir={run_dir}", f"retrieval.cache_path={run_dir}/retrieval.npz",
-            f"alfworld.router_port={free_port()}", f"alfworld.worker_base_port={free_port()}",
+            f"alfworld.port={free_port()}", f"alfworld.worker_base_port={free_port()}",
             f"retrieval.port={free_port()}", *args.overrides, *extra]
     if not args.full:
         sets += [f"local.train_steps={args.train_steps}", f"local.n_eval_games={args.eval_games}"]

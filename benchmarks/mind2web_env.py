@@ -52,9 +52,10 @@ import requests
 
 from benchmarks import snapshot_before
 from benchmarks.cli import parse_with_tiny, run_clients
+from env.episodes import EpisodeTable
 from env.launch import config_arguments, free_port, start_server, stop_process
 from env.mind2web import launch
-from env.mind2web.episodes import Episode, EpisodeTable
+from env.mind2web.episodes import Episode
 from env.mind2web.generate import GeneratedData, GenerateSpec, generate
 from env.mind2web.prepare import prepare
 from env.mind2web.snapshot import build_snapshot

@@ -80,7 +80,7 @@ def bench_config(base: Path, overrides: list[str], folder: Path, sizes: Sizes,
     for role in ("solver", "extractor"):
         data["sampling"][role].update(max_new_tokens=4096, temperature=1.0)
     port = free_port_block(1 + data["alfworld"]["n_workers"])
-    data["alfworld"].update(router_port=port, worker_base_port=port + 1,
+    data["alfworld"].update(port=port, worker_base_port=port + 1,
                             log_dir=str(folder / "alfworld_logs"))
     taken = range(port, port + 1 + data["alfworld"]["n_workers"])
     data["retrieval"].update(port=free_port(exclude=taken), cache_path=str(folder / "cache.npz"),

@@ -83,7 +83,7 @@ async def play(cfg: Config, model, tokenizer, rows: list[dict], episodes: int) -
 def run_overrides(logs: str) -> list[str]:
     """Free loopback ports for the servers and every output under `logs`."""
     router = free_port_block(3)
-    return [f"alfworld.router_port={router}", f"alfworld.worker_base_port={router + 1}",
+    return [f"alfworld.port={router}", f"alfworld.worker_base_port={router + 1}",
             f"retrieval.port={free_port(exclude=range(router, router + 3))}",
             f"alfworld.log_dir={logs}", f"run.output_dir={logs}"]
 

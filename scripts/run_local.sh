@@ -8,6 +8,7 @@
 # `evolving_rl.local.experiments.compare`).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$ROOT/scripts/lib/usage.sh" "$@"
 cd "$ROOT"
 CONFIG="${CONFIG:-configs/local_cpu.yaml}"
 MODULE=evolving_rl.local

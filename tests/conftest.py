@@ -103,6 +103,7 @@ END_TO_END = frozenset({
     "tests/pipeline/test_pipeline_contract.py", "tests/pipeline/test_pipeline_contract_web.py",
     "tests/pipeline/test_pipeline_expert_real.py", "tests/slime/test_hooks_end_to_end.py",
     "tests/retrieval/test_retrieval_server.py", "tests/test_http_server.py",
+    "tests/test_readme_commands.py",
 })
 
 

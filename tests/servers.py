@@ -45,7 +45,7 @@ def contract_config_file(folder: Path, data: Path) -> Path:
         "pipeline": {**PIPELINE, "max_steps": 4},
         "clients": CLIENTS,
         "alfworld": {"data_root": str(data), "prepared_dir": str(data / "prepared"),
-                     "router_port": port, "worker_base_port": port + 1, "n_workers": 2,
+                     "port": port, "worker_base_port": port + 1, "n_workers": 2,
                      "capacity": 64, "log_dir": str(folder / "alfworld_logs")},
         "retrieval": _retrieval(folder, range(port, port + 3)),
         "run": {"output_dir": str(folder / "run")},

@@ -1,4 +1,5 @@
-"""`--help` of the launchers: each prints its header as usage text and exits 0, starting nothing.
+"""`--help` of the launchers: each prints its header as usage text and exits 0, starting nothing
+(the setup, data and model scripts through scripts/lib/usage.sh, before any venv is made).
 
 The train scripts would check their prerequisites and start servers next: with `SLIME_DIR` at a
 missing folder, anything past the usage text fails with exit 2.
@@ -18,6 +19,13 @@ SCRIPTS = {
     "scripts/web/eval.sh": "Evaluate a checkpoint on Mind2Web",
     "scripts/alfworld/train_alfworld.sh": "Train the solver + extractor policy on ALFWorld",
     "scripts/web/train_web.sh": "Train the solver + extractor policy on Mind2Web",
+    "scripts/run_local.sh": "The main job of the embedded default",
+    "scripts/alfworld/prepare_data.sh": "Prepare ALFWorld prompt datasets",
+    "scripts/alfworld/build_cache.sh": "Build or refresh the ALFWorld retrieval embedding cache",
+    "scripts/web/prepare_data.sh": "Prepare Mind2Web prompt datasets",
+    "scripts/web/build_cache.sh": "Build or refresh the Mind2Web retrieval embedding cache",
+    "scripts/models/get_qwen2.5_coder.sh": "Fetch Qwen2.5-Coder-Instruct",
+    "scripts/models/convert_hf_to_torch_dist.sh": "Convert a HuggingFace checkpoint",
 }
 
 

@@ -41,7 +41,7 @@ def start(cfg: Config) -> int:
     """Start router + workers of `cfg.alfworld` and wait until all are healthy; the router's PID."""
     alf = cfg.alfworld
     log_dir = Path(alf.log_dir)
-    url = f"http://{alf.host}:{alf.router_port}"
+    url = f"http://{alf.host}:{alf.port}"
     if read_pid(log_dir / "router.pid") is not None and health_ok(f"{url}/health"):
         raise LaunchError(f"an ALFWorld router is already running at {url} (see {log_dir})")
     cmd = [sys.executable, "-m", ROUTER_MODULE, *config_arguments(cfg)]

@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
         pool.start_all()
         threading.Thread(target=pool.supervise, daemon=True, name="supervise").start()
         make_server(create_app(cfg, pool, Upstream(http)), host=cfg.host,
-                    port=cfg.router_port, threads=cfg.threads,
+                    port=cfg.port, threads=cfg.threads,
                     max_body_bytes=cfg.max_body_bytes, channel_request_lookahead=1,
                     ident="alfworld-router").serve()
     finally:

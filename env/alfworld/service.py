@@ -48,5 +48,5 @@ def serve(cfg: Config) -> contextlib.AbstractContextManager[None]:
 def ports(cfg: Config) -> dict[str, tuple[str, int, int]]:
     """config key -> (host, first port, how many consecutive ports): the router, the workers."""
     alf = cfg.alfworld
-    return {"alfworld.router_port": (alf.host, alf.router_port, 1),
+    return {"alfworld.port": (alf.host, alf.port, 1),
             "alfworld.worker_base_port": (alf.host, alf.worker_base_port, alf.n_workers)}

@@ -7,6 +7,7 @@
 # Unchanged texts are reused from an existing cache of the same model; see retrieval.cache_path.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+source "$ROOT/scripts/lib/usage.sh" "$@"
 cd "$ROOT"
 bash scripts/setup_env.sh retrieval,dev >/dev/null
 exec "${VENV:-$ROOT/.venv}/bin/python" -m evolving_rl.retrieval.build --config configs/alfworld.yaml "$@"

@@ -7,6 +7,7 @@
 #   --per-type   games per task type per split: N, or train=N,valid_seen=M,valid_unseen=K
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+source "$ROOT/scripts/lib/usage.sh" "$@"
 cd "$ROOT"
 CONFIG="configs/alfworld.yaml"
 GENERATE=0

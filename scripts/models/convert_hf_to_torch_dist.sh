@@ -12,6 +12,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+source "$ROOT/scripts/lib/usage.sh" "$@"
 MODEL_DIR="${MODEL_DIR:-$ROOT/models/Qwen2.5-7B-Instruct}"
 OUT_DIR="${OUT_DIR:-${MODEL_DIR}_torch_dist}"
 MODEL_ARGS_NAME="${MODEL_ARGS_NAME:-qwen2.5-7B}"

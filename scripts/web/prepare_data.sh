@@ -11,6 +11,7 @@
 # Output: <mind2web.prepared_dir>/{train,test_task,test_website,test_domain,all}.jsonl
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+source "$ROOT/scripts/lib/usage.sh" "$@"
 cd "$ROOT"
 CONFIG="configs/web.yaml"
 GENERATE=0

@@ -101,7 +101,7 @@ def launch_servers(tmp_path_factory, alfworld_root) -> Iterator[Callable[..., Se
         run = tmp_path_factory.mktemp("alfworld_servers")
         router = free_port_block(1 + settings.get("n_workers", 2))
         base = router + 1
-        values = {"data_root": str(alfworld_root), "router_port": router,
+        values = {"data_root": str(alfworld_root), "port": router,
                   "worker_base_port": base, "log_dir": str(run / "logs"),
                   "health_interval_s": 0.3, "start_timeout_s": 60, **settings}
         cfg = parse_config({"environment": "alfworld", "alfworld": values})

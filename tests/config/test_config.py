@@ -74,8 +74,8 @@ def test_defaults_bind_loopback() -> None:
         ("loss: {kl_coef: {critic: 1}}", "loss.kl_coef.critic", "unknown key"),
         ("pipeline: {max_turn_tokens: 600, max_context_tokens: 512}",
          "pipeline.max_turn_tokens", "smaller"),
-        ("alfworld: {router_port: 8101, worker_base_port: 8100, n_workers: 2}",
-         "alfworld.router_port", "collides"),
+        ("alfworld: {port: 8101, worker_base_port: 8100, n_workers: 2}",
+         "alfworld.port", "collides"),
         ("pipeline: 3", "pipeline", "mapping"),
         ("rewards: {format_penalty: null}", "rewards.format_penalty", "number"),
         ("audit: {max_char_run: 1}", "audit.max_char_run", ">= 2"),
@@ -264,6 +264,7 @@ def test_server_sections_share_one_settings_type() -> None:
     ("alfworld.threads_per_server", "alfworld.threads"),
     ("retrieval.threads_per_server", "retrieval.threads"),
     ("alfworld.capacity_per_worker", "alfworld.capacity"),
+    ("alfworld.router_port", "alfworld.port"),
 ])
 def test_a_renamed_key_fails_naming_its_new_key(old, new, tmp_path) -> None:
     section, key = old.split(".")

@@ -139,7 +139,7 @@ def test_readme_cpu_command_evaluates_a_local_checkpoint(alfworld_data, tmp_path
     data = yaml.safe_load((ROOT / "configs/local_cpu.yaml").read_text())
     port = free_port_block(3)
     data["alfworld"].update(data_root=str(alfworld_data),
-                            prepared_dir=str(alfworld_data / "prepared"), router_port=port,
+                            prepared_dir=str(alfworld_data / "prepared"), port=port,
                             worker_base_port=port + 1, n_workers=2,
                             log_dir=str(tmp_path / "logs"))
     data["retrieval"].update(port=free_port(exclude=range(port, port + 3)),

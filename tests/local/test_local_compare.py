@@ -14,11 +14,19 @@ import torch
 
 from env.launch import free_port_block
 from evolving_rl.config import load_config
+from evolving_rl.domains.alfworld import DOMAIN as ALFWORLD
+from evolving_rl.domains.mind2web import DOMAIN as MIND2WEB
 from evolving_rl.local.experiments.compare import PORT_BLOCK, _port_fields, plan_runs, port_stride
-from evolving_rl.local.experiments.compare_report import aggregate, render_markdown, write_report
+from evolving_rl.local.experiments.compare_report import (
+    aggregate,
+    render_markdown,
+    train_panels,
+    write_report,
+)
 from evolving_rl.local.metrics import MetricsLog
 
 ROOT = Path(__file__).resolve().parents[2]
+PANELS = train_panels(ALFWORLD.invalid_actions)
 
 
 def _ports(run) -> set[int]:
@@ -46,7 +54,7 @@ def test_every_run_gets_its_own_ports_folder_and_logs(tmp_path):
         assert not used & taken, run
         taken |= used
         load_config(ROOT / "configs" / "local_gpu.yaml", list(run.overrides))  # still valid
-    assert {key for key, _ in _port_fields(cfg)} >= {"alfworld.router_port", "retrieval.port"}
+    assert {key for key, _ in _port_fields(cfg)} >= {"alfworld.port", "retrieval.port"}
 
 
 def _log(run_dir: Path, success: list[float], before: float, after: float) -> None:
@@ -68,7 +76,7 @@ def test_aggregate_means_and_sample_stds_over_seeds(tmp_path):
         _log(run_dir, curve, before, after)
         runs.append(("grpo_baseline", seed, run_dir))
     runs.append(("grpo_baseline", 2, tmp_path / "missing"))  # a run that wrote nothing
-    summary, records = aggregate(runs)
+    summary, records = aggregate(runs, PANELS)
     entry = summary["methods"]["grpo_baseline"]
     assert entry["finished"] == 2 and entry["seeds"] == [0, 1, 2]
     after = entry["held_out"]["after/without_skill"]
@@ -82,8 +90,8 @@ def test_aggregate_means_and_sample_stds_over_seeds(tmp_path):
     assert change["mean"] == pytest.approx(0.2)
     assert "skill parse rate" not in entry["train_change"]  # the baseline extracts nothing
     assert entry["episodes_per_step"]["mean"] == pytest.approx(72.0)  # 70, 74, 70, ...
-    assert "Solver episodes played a step" in render_markdown(summary)
-    table = render_markdown(summary)
+    assert "Solver episodes played a step" in render_markdown(summary, PANELS)
+    table = render_markdown(summary, PANELS)
     assert "| grpo_baseline | 2/3 | 10.0 ± 0.0 | – | 25.0 ± 7.1 | – |" in table
     assert len(records[("grpo_baseline", 2)]) == 0
 
@@ -92,11 +100,23 @@ def test_write_report_files(tmp_path):
     _log(tmp_path / "a", [0.0] * 6, 0.0, 0.0)
     _log(tmp_path / "b", [0.5] * 6, 0.5, 0.5)
     path = write_report([("evolving", 0, tmp_path / "a"), ("grpo_baseline", 0, tmp_path / "b")],
-                        tmp_path / "out")
+                        tmp_path / "out", ALFWORLD.invalid_actions)
     assert path.read_text().startswith("## Held-out success")
     assert (tmp_path / "out" / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     data = json.loads((tmp_path / "out" / "comparison.json").read_text())
     assert set(data["methods"]) == {"evolving", "grpo_baseline"}
+
+
+def test_the_invalid_action_panel_reads_in_the_environments_words(tmp_path):
+    _log(tmp_path / "a", [0.0] * 6, 0.0, 0.0)
+    path = write_report([("grpo_baseline", 0, tmp_path / "a")], tmp_path / "out",
+                        MIND2WEB.invalid_actions)
+    data = json.loads((tmp_path / "out" / "comparison.json").read_text())
+    title = "unreadable actions (no tag, empty or malformed), no skill"
+    assert title in data["methods"]["grpo_baseline"]["train_change"]
+    assert f"| grpo_baseline | {title} |" in path.read_text()
+    assert "inadmissible" not in path.read_text()
+    assert "inadmissible actions, no skill" in [panel.title for panel in PANELS]
 
 
 def _log_wins(run_dir: Path, arms: dict[str, tuple[int, int]]) -> None:
@@ -115,7 +135,7 @@ def test_held_out_wins_are_pooled_and_tested_against_the_baseline(tmp_path):
         _log_wins(tmp_path / f"b{seed}", {"without_skill": (6 + seed, 64)})
         runs += [("evolving", seed, tmp_path / f"e{seed}"),
                  ("grpo_baseline", seed, tmp_path / f"b{seed}")]
-    summary, _ = aggregate(runs)
+    summary, _ = aggregate(runs, PANELS)
     rows = {(r["method"], r["arm"]): r for r in summary["pooled_after"]}
     mine = rows[("evolving", "with_skill")]
     assert (mine["wins"], mine["episodes"]) == (38, 128)
@@ -124,7 +144,7 @@ def test_held_out_wins_are_pooled_and_tested_against_the_baseline(tmp_path):
     p = rows[("evolving", "with_skill")]["p_vs_baseline"]
     assert 0 < p < 0.001  # 38/128 vs 13/128
     assert rows[("evolving", "without_skill")]["p_vs_baseline"] > 0.3  # 16/128 vs 13/128
-    assert "| evolving | with skill | 38 / 128 | 29.7 |" in render_markdown(summary)
+    assert "| evolving | with skill | 38 / 128 | 29.7 |" in render_markdown(summary, PANELS)
 
 
 def test_main_refuses_an_unknown_method(tmp_path):
@@ -143,7 +163,7 @@ def test_two_real_runs_side_by_side(tmp_path):
         "local.max_batch_generate": 8, "local.prefix_cache_entries": 32,
         "local.gradient_checkpointing": True,
         "alfworld.data_root": tmp_path / "data", "alfworld.prepared_dir": tmp_path / "prep",
-        "alfworld.n_workers": 1, "alfworld.router_port": base,
+        "alfworld.n_workers": 1, "alfworld.port": base,
         "alfworld.worker_base_port": base + 1, "retrieval.port": base + 2,
         "retrieval.cache_path": tmp_path / "cache.npz", "retrieval.device": "cpu",
         "local.games_per_type": 1, "local.generator_workers": 1, "local.train_steps": 1,

@@ -105,7 +105,7 @@ def test_main_job_on_a_fresh_data_folder(tmp_path):
     retrieval_port = free_port(exclude=range(port, port + 3))
     overrides = {
         "alfworld.data_root": tmp_path / "data", "alfworld.prepared_dir": tmp_path / "prepared",
-        "alfworld.router_port": port, "alfworld.worker_base_port": port + 1,
+        "alfworld.port": port, "alfworld.worker_base_port": port + 1,
         "alfworld.log_dir": tmp_path / "logs", "retrieval.port": retrieval_port,
         "retrieval.cache_path": tmp_path / "cache.npz", "retrieval.log_dir": tmp_path / "logs",
         "run.output_dir": tmp_path / "run", "local.games_per_type": 1, "local.train_steps": 1,

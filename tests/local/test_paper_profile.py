@@ -95,7 +95,7 @@ def test_the_paper_profile_runs_end_to_end_on_cpu(tmp_path, switch):
         "local.model": "smollm2", "local.device": "cpu", "local.dtype": "float32",
         "local.max_batch_generate": 8, "retrieval.device": "cpu", "alfworld.n_workers": 2,
         "alfworld.data_root": tmp_path / "data", "alfworld.prepared_dir": tmp_path / "prepared",
-        "alfworld.router_port": port, "alfworld.worker_base_port": port + 1,
+        "alfworld.port": port, "alfworld.worker_base_port": port + 1,
         "alfworld.log_dir": tmp_path / "logs", "retrieval.log_dir": tmp_path / "logs",
         "retrieval.port": free_port(exclude=range(port, port + 5)),
         "retrieval.cache_path": tmp_path / "cache.npz", "run.output_dir": tmp_path / "run",

@@ -51,7 +51,7 @@ def _finished_run(run: Path) -> None:
 def _args(run: Path, router: int, extra: tuple[str, ...] = ()) -> list[str]:
     base = free_port_block(3, exclude={router})
     return ["--config", str(ROOT / "configs/local_cpu.yaml"),
-            "--set", f"run.output_dir={run}", "--set", f"alfworld.router_port={router}",
+            "--set", f"run.output_dir={run}", "--set", f"alfworld.port={router}",
             "--set", f"alfworld.worker_base_port={base}",
             "--set", f"retrieval.port={free_port(exclude={router, base, base + 1})}", *extra]
 
@@ -69,8 +69,8 @@ def test_a_port_clash_leaves_a_finished_run_byte_identical(tmp_path, caplog):
                 assert main(_args(run, port)) == 2
     assert _snapshot(run) == before
     message = caplog.records[-1].getMessage()
-    assert f"alfworld.router_port: port {port} on 127.0.0.1 is in use" in message
-    assert "--set alfworld.router_port=" in message and "nothing was written" in message
+    assert f"alfworld.port: port {port} on 127.0.0.1 is in use" in message
+    assert "--set alfworld.port=" in message and "nothing was written" in message
 
 
 def _refused(tmp_path: Path, caplog: pytest.LogCaptureFixture, *sets: str) -> str:

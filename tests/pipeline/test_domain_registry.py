@@ -31,7 +31,7 @@ def test_every_entry_provides_what_the_registry_promises(name):
 
 
 def test_the_alfworld_entry_keeps_its_settings():
-    cfg = parse_config({"alfworld": {"router_port": 8555, "action_format": "number"}})
+    cfg = parse_config({"alfworld": {"port": 8555, "action_format": "number"}})
     adapter = make_adapter(cfg, lenient=True)
     assert isinstance(adapter, AlfworldAdapter) and "number" in adapter.system
     assert registry.domain_for(cfg).env_url(cfg) == "http://127.0.0.1:8555"

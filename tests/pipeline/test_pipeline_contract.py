@@ -191,10 +191,10 @@ def test_context_overflow_statuses(real_servers, contract_config):
 def test_env_server_dying_mid_rollout_is_a_status_not_a_hang(real_servers, tmp_path):
     data = yaml.safe_load(Path(real_servers).read_text())
     a, n = data["alfworld"], data["alfworld"]["n_workers"]
-    taken = {*range(a["router_port"], a["router_port"] + 1), data["retrieval"]["port"],
+    taken = {*range(a["port"], a["port"] + 1), data["retrieval"]["port"],
              *range(a["worker_base_port"], a["worker_base_port"] + n)}
     port = free_port_block(1 + n, exclude=taken)
-    data["alfworld"].update(router_port=port, worker_base_port=port + 1,
+    data["alfworld"].update(port=port, worker_base_port=port + 1,
                             log_dir=str(tmp_path / "logs"))
     config = tmp_path / "dying.yaml"
     config.write_text(yaml.safe_dump(data))

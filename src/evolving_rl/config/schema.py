@@ -222,11 +222,14 @@ class EpisodeServerSettings(ServerSettings):
 class AlfworldConfig(EpisodeServerSettings):
     """ALFWorld data location and router + worker servers."""
 
+    RENAMED: ClassVar[dict[str, str]] = {**EpisodeServerSettings.RENAMED, "router_port": "port"}
+
     log_dir: str = "runs/logs/alfworld"
     capacity: int = section_default(EpisodeServerSettings, "capacity", 600)
     data_root: str = "data/alfworld"
     prepared_dir: str = "data/alfworld/prepared"
-    router_port: int = bounded(8100, ge=1, le=65535)
+    # The router's port, the one address clients use; worker i listens on worker_base_port + i.
+    port: int = bounded(8100, ge=1, le=65535)
     worker_base_port: int = bounded(8101, ge=1, le=65535)
     n_workers: int = bounded(2, ge=1)
     reset_timeout_s: float = bounded(60.0, gt=0.0)
@@ -253,9 +256,8 @@ class AlfworldConfig(EpisodeServerSettings):
     skill_placement: Literal["system", "task"] = "system"
 
     def validate(self) -> None:
-        if self.router_port in range(self.worker_base_port,
-                                     self.worker_base_port + self.n_workers):
-            raise ConfigError("router_port", "collides with a worker port")
+        if self.port in range(self.worker_base_port, self.worker_base_port + self.n_workers):
+            raise ConfigError("port", "collides with a worker port")
 
 
 @dataclass(frozen=True)

@@ -222,7 +222,7 @@ def make_alfworld_adapter(cfg: Config, lenient: bool) -> AlfworldAdapter:
 
 def alfworld_url(cfg: Config) -> str:
     """The router's base URL."""
-    return f"http://{cfg.alfworld.host}:{cfg.alfworld.router_port}"
+    return f"http://{cfg.alfworld.host}:{cfg.alfworld.port}"
 
 
 DOMAIN = Domain(name="alfworld", adapter=make_alfworld_adapter, env_url=alfworld_url,

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from evolving_rl.config import ConfigError, load_config, to_dict
 from evolving_rl.config.schema import Config, PipelineConfig
+from evolving_rl.domains.registry import domain_for
 from evolving_rl.local.experiments.compare_report import write_report
 
 logger = logging.getLogger(__name__)
@@ -191,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.aggregate_only:
         prepare_shared(cfg)
         failed = run_all(runs, args.config, args.overrides, args.parallel)
-    report = write_report([(r.method, r.seed, r.run_dir) for r in runs], out)
+    report = write_report([(r.method, r.seed, r.run_dir) for r in runs], out,
+                          domain_for(cfg).invalid_actions)
     logger.info("comparison written to %s", report)
     return 1 if failed else 0
 

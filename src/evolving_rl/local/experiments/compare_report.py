@@ -1,12 +1,13 @@
 """The aggregate of several local runs (methods x seeds): curves, held-out table, JSON.
 
-Owns `write_report(runs, out)`: reads each run's `metrics.jsonl` and writes into `out`
+Owns `write_report(runs, out, invalid_actions)`: reads each run's `metrics.jsonl` and writes
+into `out`
 - `curves.png` — per training step, mean ± std over seeds per method: success of the episodes
   played without a skill (the full method's source episodes, the baseline's episodes), success
-  with a skill (the full method's downstream episodes), inadmissible-action fraction of the
-  no-skill episodes, skill parse rate, share of skills cut at the token cap, the extractor's mean
-  reward (its skills' mean downstream success, less penalties), KL; and held-out success
-  before/after per method and arm;
+  with a skill (the full method's downstream episodes), the invalid-action fraction of the
+  no-skill episodes (titled in the environment's words, `Domain.invalid_actions`), skill parse
+  rate, share of skills cut at the token cap, the extractor's mean reward (its skills' mean
+  downstream success, less penalties), KL; and held-out success before/after per method and arm;
 - `comparison.md` / `comparison.json` — held-out success before and after training per method and
   arm, solver episodes played a step, and each training series' change from its first `WINDOW`
   steps to its last `WINDOW`, as mean ± sample std over seeds, with every seed's own numbers;
@@ -56,20 +57,26 @@ class Panel:
     rate: bool = True
 
 
-TRAIN_PANELS = (
-    Panel("train success, no skill",
-          {"evolving": "source/success_rate", "grpo_baseline": "solver/success_rate"}),
-    Panel("train success, with skill (downstream)", {"evolving": "solver/success_rate"}),
-    Panel("inadmissible actions, no skill",
-          {"evolving": "source/invalid_action_fraction",
-           "grpo_baseline": "solver/invalid_action_fraction"}),
-    Panel("skill parse rate", {"evolving": "extractor/parse_ok_rate"}),
-    Panel("skills cut at the token cap", {"evolving": "extractor/truncated_rate"}),
-    Panel("extractor reward (mean)", {"evolving": "extractor/reward_mean"}, rate=False),
-    Panel("KL to the initial policy", {"evolving": "train/kl", "grpo_baseline": "train/kl"},
-          rate=False),
-)
-RATES = {panel.title: panel.rate for panel in TRAIN_PANELS}
+Panels = tuple[Panel, ...]
+
+
+def train_panels(invalid_actions: str) -> Panels:
+    """The training series; `invalid_actions`: what the environment's invalid-action penalty
+    counts (`Domain.invalid_actions`, e.g. "inadmissible actions" on ALFWorld)."""
+    return (
+        Panel("train success, no skill",
+              {"evolving": "source/success_rate", "grpo_baseline": "solver/success_rate"}),
+        Panel("train success, with skill (downstream)", {"evolving": "solver/success_rate"}),
+        Panel(f"{invalid_actions}, no skill",
+              {"evolving": "source/invalid_action_fraction",
+               "grpo_baseline": "solver/invalid_action_fraction"}),
+        Panel("skill parse rate", {"evolving": "extractor/parse_ok_rate"}),
+        Panel("skills cut at the token cap", {"evolving": "extractor/truncated_rate"}),
+        Panel("extractor reward (mean)", {"evolving": "extractor/reward_mean"}, rate=False),
+        Panel("KL to the initial policy", {"evolving": "train/kl", "grpo_baseline": "train/kl"},
+              rate=False),
+    )
+
 ARMS = ("without_skill", "with_skill")
 PHASES = ("before", "after")
 PHASE_LOOK = {"before": {"alpha": 0.45, "hatch": "//"}, "after": {}}  # colour: the arm's
@@ -155,7 +162,7 @@ def episodes_per_step(records: Sequence[Mapping[str, Any]]) -> float | None:
     return statistics.fmean(counts) if counts else None
 
 
-def aggregate(runs: Sequence[Run]) -> tuple[dict[str, Any], Records]:
+def aggregate(runs: Sequence[Run], panels: Panels) -> tuple[dict[str, Any], Records]:
     """Per method: held-out success per phase and arm, training-series changes, over seeds; and
     every run's records by (method, seed)."""
     records = {(method, seed): read_records(run_dir / FILE_NAME) for method, seed, run_dir in runs}
@@ -169,7 +176,7 @@ def aggregate(runs: Sequence[Run]) -> tuple[dict[str, Any], Records]:
                          for phase in PHASES for arm in ARMS},
             "episodes_per_step": _stat([episodes_per_step(recs) for recs in mine]),
             "train_change": {}}
-        for panel in TRAIN_PANELS:
+        for panel in panels:
             if method in panel.keys:
                 entry["train_change"][panel.title] = _stat(
                     [window_change(series(recs, panel.keys[method])) for recs in mine])
@@ -190,7 +197,7 @@ def _fmt(stat: Mapping[str, Any], percent: bool = True, digits: int = 4) -> str:
     return text + ("" if stat["n"] > 1 else " (1 seed)")
 
 
-def render_markdown(summary: Mapping[str, Any]) -> str:
+def render_markdown(summary: Mapping[str, Any], panels: Panels) -> str:
     lines = ["## Held-out success (%), mean ± std over seeds", "",
              "| method | seeds finished | " + " | ".join(
                  f"{phase}, {arm.replace('_', ' ')}" for phase in PHASES for arm in ARMS) + " |",
@@ -208,9 +215,10 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
     lines += ["", f"## Training series: mean of the last {summary['window']} steps minus the "
               f"first {summary['window']} (percentage points; KL as is)", "",
               "| method | series | change | per seed |", "|---|---|---|---|"]
+    rates = {panel.title: panel.rate for panel in panels}
     for method, entry in summary["methods"].items():
         for title, stat in entry["train_change"].items():
-            percent = RATES[title]
+            percent = rates[title]
             per_seed = ", ".join("–" if v is None else f"{(100 if percent else 1) * v:+.3g}"
                                  for v in stat["per_seed"])
             lines.append(f"| {method} | {title} | {_fmt(stat, percent)} | {per_seed} |")
@@ -268,10 +276,11 @@ def _held_out_bars(ax: Any, summary: Mapping[str, Any]) -> None:
               fontsize=8, ncols=2, loc="upper center")
 
 
-def plot_curves(summary: Mapping[str, Any], records: Records, out_path: Path) -> Path:
-    rows = math.ceil((len(TRAIN_PANELS) + 1) / 3)
+def plot_curves(summary: Mapping[str, Any], records: Records, panels: Panels,
+                out_path: Path) -> Path:
+    rows = math.ceil((len(panels) + 1) / 3)
     fig, axes = plt.subplots(rows, 3, figsize=(15, 4 * rows))
-    for ax, panel in zip(axes.flat, TRAIN_PANELS, strict=False):
+    for ax, panel in zip(axes.flat, panels, strict=False):
         for index, (method, key) in enumerate(panel.keys.items()):
             per_seed = [series(recs, key) for (m, _), recs in records.items() if m == method]
             _band(ax, per_seed, method, panel.rate, index)
@@ -281,18 +290,20 @@ def plot_curves(summary: Mapping[str, Any], records: Records, out_path: Path) ->
             rate_axis(ax)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
-    _held_out_bars(axes.flat[len(TRAIN_PANELS)], summary)
-    for ax in axes.flat[len(TRAIN_PANELS) + 1:]:
+    _held_out_bars(axes.flat[len(panels)], summary)
+    for ax in axes.flat[len(panels) + 1:]:
         ax.axis("off")
     return save(fig, out_path)
 
 
-def write_report(runs: Sequence[Run], out: Path) -> Path:
-    """`comparison.md`, `comparison.json` and `curves.png` in `out`; returns the Markdown path."""
+def write_report(runs: Sequence[Run], out: Path, invalid_actions: str) -> Path:
+    """`comparison.md`, `comparison.json` and `curves.png` in `out`; returns the Markdown path.
+    `invalid_actions`: the environment's `Domain.invalid_actions` (a panel's title)."""
     out.mkdir(parents=True, exist_ok=True)
-    summary, records = aggregate(runs)
+    panels = train_panels(invalid_actions)
+    summary, records = aggregate(runs, panels)
     (out / "comparison.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    plot_curves(summary, records, out / "curves.png")
+    plot_curves(summary, records, panels, out / "curves.png")
     path = out / "comparison.md"
-    path.write_text(render_markdown(summary), encoding="utf-8")
+    path.write_text(render_markdown(summary, panels), encoding="utf-8")
     return path
