@@ -1,7 +1,8 @@
 """scripts/slime_wheelhouse.sh and its helper scripts/lib/slime_wheelhouse.py, with no network.
 
 The script's syntax, `--help`, and its answers to bad arguments (exit 2, a message naming the
-mistake) and to a missing target interpreter (exit 1, nothing written). The helper: the image's
+mistake) and to a missing target interpreter (exit 1, nothing written); a DEST built from the
+same inputs is left alone, another build starts in a temporary folder. The helper: the image's
 freeze read and written as dist-infos pip takes for installed packages, the plan read from pip's
 report (what the image has at another version is named; replacing a kept package is refused),
 the manifest's sizes and hashes checked against the plan. One test runs pip's real resolver,
@@ -204,3 +205,19 @@ def test_pip_resolves_against_the_image_offline(tmp_path):
     refused = resolve("lib")  # the image's lib pinned: app cannot be installed
     assert refused.returncode != 0
     assert "lib==1.0" in refused.stdout + refused.stderr
+
+
+def test_begin_build_skips_a_wheelhouse_of_the_same_inputs(tmp_path):
+    dest = tmp_path / "wh"
+    dest.mkdir()
+    (dest / "requirements.txt").write_text("# header\n# inputs abc123\nx==1\n")
+    script = (f'source "{SCRIPT}"; DEST="$1"; begin_build "$2"; '
+              'echo "built in $(basename "$(dirname "$HOUSE")")"; test -d "$HOUSE"')
+    same = run(["bash", "-c", script, "begin", str(dest), "abc123"])
+    assert same.returncode == 0, same.stderr
+    assert f"{dest} is up to date (inputs abc123)" in same.stdout
+    assert "built in" not in same.stdout
+    other = run(["bash", "-c", script, "begin", str(dest), "def456"])
+    assert other.returncode == 0, other.stderr
+    assert "built in .slime-wheelhouse-build." in other.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["wh"]  # the temporary folder removed
