@@ -6,9 +6,9 @@
 # (slime's other CPU requirements, ray, sglang-router, wandb, pylatexenc, six, are in the dev
 # extra.) SGLang 0.5.15.post1 pins transformers 5.12.1 and tokenizers < 0.23.1, older than the
 # project's; no torchvision build matches the CPU torch (tests/slime_upstream/stand_ins says how
-# that is handled). kernels is SGLang's pin (< 0.15): transformers 5.12.1 builds its hub-kernel table
-at import from whatever kernels it finds, and the project's newer transformers brings kernels
-0.19, whose LayerRepository refuses that table. Idempotent: a stamp records the pin list.
+# that is handled). kernels at SGLang's pin (< 0.15): transformers 5.12.1 builds its hub-kernel
+# table at import from whatever kernels it finds, and the project's newer transformers brings
+# kernels 0.19, whose LayerRepository refuses that table. Idempotent: a stamp records the pins.
 # Usage: scripts/upstream_overlay.sh   (VENV [.venv] as scripts/setup_env.sh)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
