@@ -11,6 +11,13 @@ its HTTP boundary only: slime's server start (`start_rollout_servers`, rollout.p
 and the router address points at a fake SGLang speaking the byte tokenizer (tests/fakes), so the
 pipeline's tokenizer is that byte tokenizer. slime's data source reads the prompts with an HF
 tokenizer from --hf-checkpoint: MiniLM's, beside the Qwen config slime checks.
+
+Each environment runs under `pipeline.skill_use: context` and `teacher` (with extractor_reward
+`teach`, docs/design.md §4.6). Under the teacher switch the ALFWorld rollout's no-skill students
+reach slime with `Sample.teacher_log_probs` equal to what the fake scored with each card, each
+data-parallel rank's role channel decodes (our loss's `decode_channel`) into those teachers on the
+students' trained tokens and the role codes elsewhere, and our logger logs the teacher/* metrics;
+Mind2Web prompts every step afresh, so the pipeline refuses the switch when it is built.
 """
 
 from __future__ import annotations
@@ -25,13 +32,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from conftest import TRAIN_SCRIPTS, slime_parse, submitted_argv
 
 from env.launch import free_port
+from evolving_rl.config import ConfigError
+from evolving_rl.core.roles import Role
 from evolving_rl.retrieval.encoder import resolve_model
+from evolving_rl.slime_bridge.loss import decode_channel
+from evolving_rl.slime_bridge.samples import SampleTag
+from evolving_rl.slime_bridge.train_data import ROLE_CHANNEL_KEY
 from tests.fakes.scripted import GOOD_SKILL, reply_text, skill_responder
-from tests.fakes.sglang_server import FakeSGLang
+from tests.fakes.sglang_server import FakeSGLang, input_token_logprobs, prefix_log_prob
 from tests.fakes.tokenizer import ByteChatTokenizer
 from tests.servers import (
     CLIENTS,
@@ -47,6 +60,8 @@ SMALL_PIPELINE = {"n_skills": 2, "top_k": 2, "n_repeats": 1, "max_steps": 3,
                   "max_turn_tokens": 128, "source_tasks_per_rollout": PROMPTS,
                   "max_concurrent_episodes": 8, "max_concurrent_extractions": 4}
 ALFWORLD_DATA = ROOT / "data/test_alfworld"  # tests/conftest.py generates it once
+TEACHER_METRICS = ("students", "student_wins", "students_scored", "score_calls",
+                   "score_failures", "mean_log_ratio")  # pipeline.teacher.teacher_metrics
 
 
 @dataclass(frozen=True)
@@ -151,13 +166,81 @@ def _manager(args, monkeypatch):
     return manager, dp
 
 
-def test_one_training_rollout_through_slimes_rollout_manager(world, ray_session, pins, tmp_path,
-                                                              monkeypatch):
+def _teacher_config(config: Path, folder: Path) -> Path:
+    """The world's config under the teacher switch, the extractor rewarded by what it teaches."""
+    values = yaml.safe_load(config.read_text())
+    values["pipeline"] |= {"skill_use": "teacher", "extractor_reward": "teach"}
+    path = folder / "teacher.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+def _scored(requests: list[dict]) -> dict[tuple[int, ...], list[list[float]]]:
+    """Per scored response (the ids after the first one scored): the log-probs the fake answered
+    each scoring request (max_new_tokens 0) with, its own `input_token_logprobs`."""
+    scored: dict[tuple[int, ...], list[list[float]]] = {}
+    for body in requests:
+        if body["sampling_params"]["max_new_tokens"] == 0:
+            ids, start = body["input_ids"], body["logprob_start_len"]
+            values = [v for v, _, _ in input_token_logprobs(ids, start, prefix_log_prob)[1:]]
+            scored.setdefault(tuple(ids[start + 1:]), []).append(values)
+    return scored
+
+
+def _check_students(samples: list, scored: dict[tuple[int, ...], list[list[float]]]) -> None:
+    """Every student's slime `Sample.teacher_log_probs` (slime/utils/types.py:128) has one value
+    per response token: on its trained tokens the mean of what the fake scored for its response
+    with each card, 0.0 elsewhere (`pipeline.teacher.attach_teacher`). Students with the same
+    response share its requests: every card is GOOD_SKILL's, so they score alike."""
+    students = [s for s in samples if s.teacher_log_probs is not None]
+    assert students
+    for sample in students:
+        assert SampleTag.of(sample).role is Role.SOLVER
+        response = tuple(sample.tokens[-sample.response_length:])
+        assert len(sample.teacher_log_probs) == sample.response_length
+        assert response in scored, "a student's teacher without a scoring request"
+        runs = scored[response]
+        mean = [sum(values) / len(runs) for values in zip(*runs, strict=True)]
+        for value, expected, trained in zip(sample.teacher_log_probs, mean, sample.loss_mask,
+                                            strict=True):
+            assert value == pytest.approx(expected if trained else 0.0, abs=1e-9)
+
+
+def _check_channel(samples: list, ranks: list[dict]) -> None:
+    """Each data-parallel rank's role channel, tensorised as slime's actor does
+    (slime/backends/megatron_utils/actor.py:284-299, float32) and decoded by our loss's
+    `decode_channel`: a student's trained token carries its teacher log-prob, every other token
+    its role (extractor or solver) and no teacher."""
+    for rank in ranks:
+        channel = decode_channel({ROLE_CHANNEL_KEY: [torch.as_tensor(v, dtype=torch.float32)
+                                                     for v in rank[ROLE_CHANNEL_KEY]]},
+                                 torch.device("cpu"))
+        expected_student, expected_extractor, expected_teacher = [], [], []
+        for index, mask in zip(rank["partition"], rank["loss_masks"], strict=True):
+            sample = samples[index]
+            teacher = sample.teacher_log_probs or [0.0] * sample.response_length
+            student = [float(sample.teacher_log_probs is not None and m == 1) for m in mask]
+            expected_student += student
+            expected_teacher += [v * s for v, s in zip(teacher, student, strict=True)]
+            expected_extractor += [float(SampleTag.of(sample).role is Role.EXTRACTOR)] * len(mask)
+        assert channel.student.tolist() == expected_student
+        assert channel.extractor.tolist() == expected_extractor
+        assert channel.teacher.tolist() == pytest.approx(expected_teacher, abs=1e-6)
+
+
+@pytest.mark.parametrize("skill_use", ["context", "teacher"])
+def test_one_training_rollout_through_slimes_rollout_manager(world, skill_use, ray_session, pins,
+                                                              tmp_path, monkeypatch):
+    """Under `teacher` (and extractor_reward `teach`) the ALFWorld rollout's students reach slime
+    with their teacher log-probs, through the split to the loss's decoding, and our logger logs
+    the teacher metrics; Mind2Web refuses the switch when the pipeline is built."""
+    from evolving_rl import slime_hooks
     from evolving_rl.pipeline import context as context_module
     from evolving_rl.slime_bridge import runtime
 
     slime, megatron = pins
-    argv = submitted_argv(world.script, tmp_path / "launch", slime, megatron, world.config,
+    config = world.config if skill_use == "context" else _teacher_config(world.config, tmp_path)
+    argv = submitted_argv(world.script, tmp_path / "launch", slime, megatron, config,
                           world.prepared, {"PROMPTS_PER_ROLLOUT": str(PROMPTS)})
     model = Path(argv[argv.index("--hf-checkpoint") + 1])
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt",
@@ -172,8 +255,24 @@ def test_one_training_rollout_through_slimes_rollout_manager(world, ray_session,
     monkeypatch.setattr(context_module.HFChatTokenizer, "from_pretrained",
                         staticmethod(lambda path: ByteChatTokenizer()))
     monkeypatch.setattr(runtime, "RUNTIMES", {})
+    logged_samples, logged_metrics = [], []
+    metrics_of = slime_hooks.rollout_metrics
+
+    def recording_rollout_metrics(samples, pipeline_metrics, rollout_time):
+        logged_samples.extend(samples)
+        return metrics_of(samples, pipeline_metrics, rollout_time)
+
+    # our logger (slime caches it: slime/utils/misc.py:38) sees the samples and emits the metrics
+    monkeypatch.setattr(slime_hooks, "rollout_metrics", recording_rollout_metrics)
+    monkeypatch.setattr(slime_hooks, "_emit",
+                        lambda args, metrics, rollout_id, step_key: logged_metrics.append(metrics))
+    refused = skill_use == "teacher" and "web" in world.script.name
     try:
         manager, dp = _manager(args, monkeypatch)
+        if refused:
+            with pytest.raises(ConfigError, match="teacher needs an environment with a dialogue"):
+                manager.generate(0)
+            return
         boxes = manager.generate(0)
     finally:
         for state in runtime.RUNTIMES.values():
@@ -188,3 +287,15 @@ def test_one_training_rollout_through_slimes_rollout_manager(world, ray_session,
     assert all(rank["global_batch_sizes"] == [PROMPTS] for rank in ranks)  # one optimiser step
     for rank in ranks:
         assert len(rank["tokens"]) == len(rank["partition"]) == len(rank["teacher_log_probs"])
+    assert len(logged_samples) == n_samples and len(logged_metrics) == 1
+    _check_channel(logged_samples, ranks)
+    if skill_use == "teacher":
+        scored = _scored(fake.requests)
+        _check_students(logged_samples, scored)
+        metrics = logged_metrics[0]
+        assert {f"rollout/pipeline/teacher/{key}" for key in TEACHER_METRICS} <= set(metrics)
+        assert metrics["rollout/pipeline/teacher/students_scored"] > 0
+        assert metrics["rollout/pipeline/teacher/score_failures"] == 0
+        assert metrics["rollout/pipeline/teacher/score_calls"] == sum(map(len, scored.values()))
+    else:
+        assert all(s.teacher_log_probs is None for s in logged_samples)
