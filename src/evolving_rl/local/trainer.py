@@ -106,14 +106,13 @@ def build_token_batch(samples: Sequence[TrainSample], loss: LossConfig, pad_id: 
     per_token: dict[str, list[float]] = {k: [] for k in ("rows", "cols", "targets", "old", "adv",
                                                          "kl", "ent", "role", "teacher",
                                                          "distill")}
+    distilled = any(s.teacher_log_probs is not None for s in samples)
     for row, sample in enumerate(samples):
         tokens = sample.prompt_ids + sample.response_ids
         ids[row, :len(tokens)] = torch.tensor(tokens, dtype=torch.long)
         mask[row, :len(tokens)] = 1
         role = Role(sample.role)
         start = len(sample.prompt_ids)
-        teacher = sample.teacher_log_probs or [0.0] * len(sample.response_ids)
-        distill = loss.distill_coef if sample.teacher_log_probs is not None else 0.0
         for j, (token, flag, log_prob) in enumerate(
                 zip(sample.response_ids, sample.loss_mask, sample.log_probs, strict=True)):
             if not flag:
@@ -122,9 +121,10 @@ def build_token_batch(samples: Sequence[TrainSample], loss: LossConfig, pad_id: 
                                ("old", log_prob), ("adv", sample.advantage),
                                ("kl", getattr(loss.kl_coef, role.value)),
                                ("ent", getattr(loss.entropy_coef, role.value)),
-                               ("role", ROLES.index(role)), ("teacher", teacher[j]),
-                               ("distill", distill)):
+                               ("role", ROLES.index(role))):
                 per_token[key].append(value)
+        if distilled:
+            _add_teacher(per_token, sample, loss.distill_coef)
 
     def tensor(key: str, dtype: torch.dtype) -> torch.Tensor:
         return torch.tensor(per_token[key], dtype=dtype, device=device)
@@ -136,8 +136,17 @@ def build_token_batch(samples: Sequence[TrainSample], loss: LossConfig, pad_id: 
         kl_coef=tensor("kl", torch.float32), entropy_coef=tensor("ent", torch.float32),
         role_index=tensor("role", torch.long),
         **({"teacher": tensor("teacher", torch.float32),
-            "distill_coef": tensor("distill", torch.float32)}
-           if any(s.teacher_log_probs is not None for s in samples) else {}))
+            "distill_coef": tensor("distill", torch.float32)} if distilled else {}))
+
+
+def _add_teacher(per_token: dict[str, list[float]], sample: TrainSample, coef: float) -> None:
+    """The sample's teacher log-prob and distillation coefficient on each loss-mask token (0.0
+    and 0 for a sample without a teacher)."""
+    teacher = sample.teacher_log_probs
+    kept = [t for t, flag in zip(teacher or sample.log_probs, sample.loss_mask, strict=True)
+            if flag]
+    per_token["teacher"] += kept if teacher is not None else [0.0] * len(kept)
+    per_token["distill"] += [coef if teacher is not None else 0.0] * len(kept)
 
 
 def check_logits_are_projection(model: torch.nn.Module) -> None:

@@ -93,10 +93,18 @@ class _Episode:
         return EpisodeResult(self.task, self.trace, status, reason, score, self.actions, error)
 
 
-def reply_prefix_ids(ctx: PipelineContext) -> list[int]:
+def _reply_prefix(ctx: PipelineContext) -> list[int]:
     """Ids of the configured solver reply prefix (part of the prompt or observation block)."""
     prefix = ctx.cfg.pipeline.solver_reply_prefix
     return ctx.tokenizer.encode_text(prefix) if prefix else []
+
+
+def solver_prompt_ids(ctx: PipelineContext, task: TaskSpec, observation: Observation,
+                      skill_card: str | None) -> list[int]:
+    """The solver's chat-templated prompt for `observation` (with `skill_card` where the adapter
+    places it), then the reply prefix: an episode's first prompt, a step prompt, a teacher's."""
+    return ctx.tokenizer.encode_prompt(ctx.adapter.solver_messages(
+        task, observation, skill_card)) + _reply_prefix(ctx)
 
 
 def _history_input(ep: _Episode, observation: Observation, step: int,
@@ -105,7 +113,7 @@ def _history_input(ep: _Episode, observation: Observation, step: int,
     ctx, trace = ep.ctx, ep.trace
     if step > 0:
         block = ctx.tokenizer.encode_followup(
-            ctx.adapter.render_observation(step, observation), last_id) + reply_prefix_ids(ctx)
+            ctx.adapter.render_observation(step, observation), last_id) + _reply_prefix(ctx)
         if trace.length + len(block) >= ctx.cfg.pipeline.max_context_tokens:
             return ep.end(SampleStatus.TRUNCATED, "context_limit", 0.0)
         trace.add_observation(block)
@@ -118,8 +126,7 @@ def _step_input(ep: _Episode, observation: Observation, step: int) -> EpisodeTra
     if step == 0:
         prompt = list(ep.trace.prompt_ids)
     else:
-        prompt = ctx.tokenizer.encode_prompt(ctx.adapter.solver_messages(
-            ep.task, observation, ep.skill_card)) + reply_prefix_ids(ctx)
+        prompt = solver_prompt_ids(ctx, ep.task, observation, ep.skill_card)
         if len(prompt) >= ctx.cfg.pipeline.max_context_tokens:
             return ep.end(SampleStatus.TRUNCATED, "context_limit", 0.0)
     ep.trace.steps.append(EpisodeTrace(prompt))
@@ -209,9 +216,8 @@ async def run_episode(ctx: PipelineContext, clock: IOClock, task: TaskSpec,
         result = EpisodeResult(task, None, SampleStatus.ENV_ERROR, "reset_failed", None,
                                error=str(error))
     else:
-        messages = ctx.adapter.solver_messages(task, first, skill_card)
-        ep = _Episode(ctx, clock, task, episode_id, EpisodeTrace(
-            ctx.tokenizer.encode_prompt(messages) + reply_prefix_ids(ctx)), skill_card)
+        ep = _Episode(ctx, clock, task, episode_id,
+                      EpisodeTrace(solver_prompt_ids(ctx, task, first, skill_card)), skill_card)
         try:
             result = await _play(ep, first, sampling)
         finally:

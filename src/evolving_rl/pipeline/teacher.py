@@ -20,7 +20,7 @@ from evolving_rl.clients.policy import PolicyError, SamplingParams
 from evolving_rl.core.samples import TrainSample
 from evolving_rl.core.teaching import TeachEvidence, mean_log_ratio, mean_teacher
 from evolving_rl.pipeline.context import PipelineContext
-from evolving_rl.pipeline.episode import EpisodeResult, play, reply_prefix_ids
+from evolving_rl.pipeline.episode import EpisodeResult, play, solver_prompt_ids
 from evolving_rl.pipeline.timing import IOClock
 from evolving_rl.pipeline.units import SourceUnit, Student
 
@@ -38,8 +38,7 @@ async def _score(ctx: PipelineContext, clock: IOClock, student: Student, card: s
                  temperature: float) -> list[float] | None:
     """The student's response log-probs with `card` in its prompt, 0.0 off the loss mask."""
     result = student.result
-    prompt = ctx.tokenizer.encode_prompt(
-        ctx.adapter.solver_messages(result.task, result.first, card)) + reply_prefix_ids(ctx)
+    prompt = solver_prompt_ids(ctx, result.task, result.first, card)
     trace = result.trace
     try:
         with clock.wait("policy"):
@@ -62,11 +61,13 @@ async def _teach(ctx: PipelineContext, clock: IOClock, student: Student,
     indices = sorted(cards)
     scored = await asyncio.gather(*(_score(ctx, clock, student, cards[i], temperature)
                                     for i in indices))
+    trace = student.result.trace
     for index, values in zip(indices, scored, strict=True):
         if values is None:
             student.score_failures += 1
         else:
             student.teacher[index] = values
+            student.log_ratios[index] = mean_log_ratio(values, trace.log_probs, trace.loss_mask)
 
 
 async def play_students(ctx: PipelineContext, clock: IOClock, unit: SourceUnit, repeats: int,
@@ -97,23 +98,15 @@ def attach_teacher(samples: list[TrainSample], student: Student) -> None:
 
 def teach_evidence(unit: SourceUnit, skill_index: int) -> TeachEvidence:
     """Returns and log-ratios of the students scored with this skill's card."""
-    pairs = []
-    for student in unit.students:
-        teacher, result = student.teacher.get(skill_index), student.result
-        if teacher is None or result.score is None:
-            continue
-        ratio = mean_log_ratio(teacher, result.trace.log_probs, result.trace.loss_mask)
-        if ratio is not None:
-            pairs.append((float(result.score), ratio))
+    pairs = [(float(s.result.score), s.log_ratios[skill_index]) for s in unit.students
+             if skill_index in s.log_ratios and s.result.score is not None]
     return TeachEvidence(tuple(r for r, _ in pairs), tuple(d for _, d in pairs))
 
 
 def teacher_metrics(units: list[SourceUnit]) -> dict[str, float]:
     """Students played, won and scored; failed scorings; the mean log-ratio over (student, card)."""
     students = [s for u in units for s in u.students]
-    ratios = [mean_log_ratio(values, s.result.trace.log_probs, s.result.trace.loss_mask)
-              for s in students for values in s.teacher.values()]
-    ratios = [r for r in ratios if r is not None]
+    ratios = [ratio for s in students for ratio in s.log_ratios.values()]
     return {"teacher/students": float(len(students)),
             "teacher/student_wins": float(sum(s.result.success for s in students)),
             "teacher/students_scored": float(sum(bool(s.teacher) for s in students)),

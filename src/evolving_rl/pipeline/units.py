@@ -28,12 +28,15 @@ class Retrieved:
 @dataclass
 class Student:
     """A no-skill episode on retrieved task `rank`, and per skill index the log-probs of its
-    response tokens with that skill's card in the prompt (0.0 off the loss mask)."""
+    response tokens with that skill's card in the prompt (0.0 off the loss mask) and their mean
+    log-ratio to the sampled ones (set once, when scored)."""
 
     rank: int
     repeat: int
     result: EpisodeResult
     teacher: dict[int, list[float]] = field(default_factory=dict)
+    # per skill index: mean of teacher - sampled log-prob over its trained tokens (`core.teaching`)
+    log_ratios: dict[int, float] = field(default_factory=dict)
     score_failures: int = 0
 
 
