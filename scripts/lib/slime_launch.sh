@@ -11,7 +11,10 @@
 #   MODEL_ARGS_NAME [qwen2.5-7B] (slime's scripts/models/<name>.sh)  SAVE_DIR [$RUN_DIR/checkpoints]
 #   NUM_GPUS [8]  TP_SIZE [2]  ROLLOUT_GPUS_PER_ENGINE [$TP_SIZE]  PROMPTS_PER_ROLLOUT [16]
 #   MAX_TOKENS_PER_GPU [20480]  SGLANG_MEM_FRACTION [0.7]  RAY_PORT [6379]
-#   RAY_DASHBOARD_PORT [8265]  PYTHON [python3]
+#   RAY_DASHBOARD_PORT [8265]  RAY_READY_TIMEOUT_S [60] (the wait for Ray's job API)
+#   TENSORBOARD_DIR [$RUN_DIR/tensorboard] (slime's --use-tensorboard)  PYTHON [python3]
+# One GPU: configs/alfworld_1gpu.yaml's header has the profile (what ran: docs/results/
+# 2026-12-03-slime-one-gpu.md).
 # Read from the config, never given twice: --rollout-top-p (sampling.solver.top_p, which the
 # hooks require equal to the extractor's) and the --entropy-coef switch (1 when a role has an
 # entropy term, else slime's default 0).
@@ -79,6 +82,8 @@ PYTHON="${PYTHON:-python3}"
 HOOKS=evolving_rl.slime_hooks
 
 die() { echo "$(basename "$0"): $*" >&2; exit 2; }
+# slime checks that --ref-load exists even under --debug-rollout-only, which loads no Megatron
+# model (slime/utils/arguments.py:1776-1777): a rollout-only run may name any existing folder.
 for path in "$CONFIG" "$SLIME_DIR/train.py" "$SLIME_DIR/scripts/models/$MODEL_ARGS_NAME.sh" \
             "$MODEL_DIR" "$REF_DIR" "$PREPARED_DIR/$TRAIN_SPLIT.jsonl"; do
     [ -e "$path" ] || die "missing $path (see the prerequisites at the top of this script)"
@@ -143,6 +148,16 @@ RETRIEVAL_STARTED=1
 ray start --head --port "$RAY_PORT" --num-gpus "$NUM_GPUS" --disable-usage-stats \
     --dashboard-host 127.0.0.1 --dashboard-port "$RAY_DASHBOARD_PORT"
 RAY_STARTED=1
+# `ray job submit` needs the dashboard's job API, which `ray start` does not wait for and which a
+# minimal ray (no `ray[default]` extra) never serves ("http server disabled" in its dashboard.log):
+# probe it with the same client for up to RAY_READY_TIMEOUT_S, then say so instead of a traceback.
+ready=0
+for _ in $(seq "${RAY_READY_TIMEOUT_S:-60}"); do
+    ray job list --address "http://127.0.0.1:$RAY_DASHBOARD_PORT" >/dev/null 2>&1 && { ready=1; break; }
+    sleep 1
+done
+[ "$ready" = 1 ] || die "Ray's job API at 127.0.0.1:$RAY_DASHBOARD_PORT never answered: is ray" \
+    "installed with its default extra (pip install 'ray[default]')?"
 
 # --- slime arguments ------------------------------------------------------------------------
 # Our options travel in one YAML key (slime ignores unknown flags; the hooks validate it).
@@ -188,10 +203,14 @@ SGLANG_ARGS=(--rollout-num-gpus-per-engine "$ROLLOUT_GPUS_PER_ENGINE"
 MISC_ARGS=(--attention-dropout 0.0 --hidden-dropout 0.0 --accumulate-allreduce-grads-in-fp32
            --attention-softmax-in-fp32 --attention-backend flash)
 
+# The job's PYTHONPATH: Megatron-LM, slime, this repo and the caller's PYTHONPATH (e.g. a `pip
+# --target` overlay of the slime wheelhouse). TENSORBOARD_DIR: where slime's --use-tensorboard
+# writes (slime/observability/tensorboard_utils.py:44); unset, it is a path relative to the Ray
+# job's working directory, which a one-GPU run on 2026-12-03 never found again.
 RUNTIME_ENV_JSON="$("$PYTHON" -c 'import json, sys
 print(json.dumps({"env_vars": {"PYTHONPATH": sys.argv[1], "CUDA_DEVICE_MAX_CONNECTIONS": "1",
-                               "PYTHONUNBUFFERED": "1"}}))' \
-    "$MEGATRON_DIR:$SLIME_DIR:$ROOT:$ROOT/src")"
+                               "PYTHONUNBUFFERED": "1", "TENSORBOARD_DIR": sys.argv[2]}}))' \
+    "$MEGATRON_DIR:$SLIME_DIR:$PYTHONPATH" "${TENSORBOARD_DIR:-$RUN_DIR/tensorboard}")"
 
 # --- the job --------------------------------------------------------------------------------
 JOB_ID="evolving_rl_${RUN_NAME}_$(date +%Y%m%d_%H%M%S)_$$"

@@ -42,6 +42,7 @@ def smollm2():
 def _check_folder(path) -> None:
     config = json.loads((path / "config.json").read_text())
     assert config["rope_theta"] == SMOLLM2_ROPE_THETA
+    assert config["rms_norm_eps"] == 1e-05  # the GGUF's float32, written as its decimal
     assert "quantization_config" not in config
     tokenizer = load_tokenizer(path)
     assert tokenizer.eos_token == tokenizer.pad_token == END_OF_TURN

@@ -22,6 +22,7 @@ from evolving_rl.local.model import (
     QWEN_CODER_MODEL,
     convert_gguf,
     file_sha256,
+    float32_decimal,
     load_tokenizer,
     resolve_model_path,
 )
@@ -140,7 +141,15 @@ def test_real_qwen_conversion(tmp_path, spec):
     config = json.loads((target / "config.json").read_text())
     assert config["model_type"] == "qwen2" and config["rope_theta"] == 1000000.0
     assert config["tie_word_embeddings"] is False  # each file has its own output.weight
+    assert config["rms_norm_eps"] == 1e-06  # slime checks it equal to --norm-epsilon 1e-6
     assert "quantization_config" not in config
     assert all((target / name).is_file() for name in spec.notice)
     tokenizer = load_tokenizer(target)
     assert tokenizer.eos_token == tokenizer.pad_token == END_OF_TURN
+
+
+@pytest.mark.parametrize("stored, written", [(9.999999974752427e-07, 1e-06),
+                                             (9.999999747378752e-06, 1e-05),
+                                             (1000000.0, 1000000.0), (0.1, 0.1)])
+def test_a_float32_config_value_is_written_as_its_decimal(stored, written):
+    assert float32_decimal(stored) == written

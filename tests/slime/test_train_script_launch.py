@@ -85,8 +85,8 @@ def test_the_web_run_starts_everything_and_stops_what_it_started(tmp_path):
 
     calls = (tmp_path / "calls").read_text().splitlines()
     assert [call.split()[:2] for call in calls] == \
-        [["start", "--head"], ["job", "submit"], ["job", "stop"], ["stop"]]
-    submit = calls[1].split()
+        [["start", "--head"], ["job", "list"], ["job", "submit"], ["job", "stop"], ["stop"]]
+    submit = calls[2].split()
     command = submit[submit.index("--") + 1:]
     assert command[:2] == ["python3", str(tmp_path / "slime/train.py")]
     assert command[-2:] == ["--extra-flag", "x"]

@@ -35,6 +35,7 @@ import importlib.util
 import json
 import logging
 import shutil
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -186,21 +187,36 @@ def convert_gguf(spec: GgufModel, target: Path, gguf: Path) -> None:
     staging.parent.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
-    _write_rope_theta(staging / "config.json", spec.rope_theta)
+    _write_exact_config(staging / "config.json", spec.rope_theta)
     for name in spec.notice:
         shutil.copyfile(NOTICES / name, staging / name)
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
 
 
-def _write_rope_theta(config_path: Path, rope_theta: float) -> None:
-    """Make `rope_theta` explicit at the top level of config.json (older loaders need it)."""
+def _write_exact_config(config_path: Path, rope_theta: float) -> None:
+    """Make `rope_theta` explicit at the top level of config.json (older loaders need it) and
+    write `rms_norm_eps` as the decimal its float32 GGUF field stores (9.999999974752427e-07 is
+    written 1e-06): slime compares it for equality with its model-args `--norm-epsilon`
+    (slime/backends/megatron_utils/arguments.py:96-150)."""
     config = json.loads(config_path.read_text(encoding="utf-8"))
     config["rope_theta"] = rope_theta
     rope = config.get("rope_parameters")
     if isinstance(rope, dict):
         rope["rope_theta"] = rope_theta
+    if isinstance(config.get("rms_norm_eps"), float):
+        config["rms_norm_eps"] = float32_decimal(config["rms_norm_eps"])
     config_path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+
+def float32_decimal(value: float) -> float:
+    """The shortest decimal that reads back as the same float32 as `value`."""
+    target = struct.pack("<f", value)
+    for digits in range(1, 10):
+        candidate = float(f"{value:.{digits}g}")
+        if struct.pack("<f", candidate) == target:
+            return candidate
+    return value
 
 
 def load_tokenizer(path: str | Path) -> Any:

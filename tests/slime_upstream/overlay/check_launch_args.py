@@ -12,12 +12,13 @@ which also names the one stand-in: the GPU-architecture probe). Then our hooks' 
 
 from __future__ import annotations
 
+import json
 from argparse import Namespace
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import slime_parse
+from conftest import ROOT, slime_parse
 
 from evolving_rl.config import load_config
 from evolving_rl.slime_bridge.settings import HOOK_PATHS, check_slime_args
@@ -64,4 +65,60 @@ def test_our_hooks_accept_the_args_slime_made(parsed):
     _, argv, args, _, _ = parsed
     custom = yaml.safe_load(Path(argv[argv.index("--custom-config-path") + 1]).read_text())
     assert args.evolving_rl_config == custom["evolving_rl_config"]  # slime set our key
+    check_slime_args(args, load_config(args.evolving_rl_config))
+
+
+# configs/alfworld_1gpu.yaml's header: the one-GPU profile, run for real on an H200 (rollouts).
+ONE_GPU = {"NUM_GPUS": "1", "TP_SIZE": "1", "MODEL_ARGS_NAME": "qwen2.5-0.5B",
+           "PROMPTS_PER_ROLLOUT": "2", "SGLANG_MEM_FRACTION": "0.4", "MAX_TOKENS_PER_GPU": "8192",
+           "NUM_ROLLOUT": "3", "EVAL_INTERVAL": "2"}
+# config.json of models/qwen2.5-coder-0.5b-instruct as the local backend converts it (its GGUF has
+# a separate output matrix: tie_word_embeddings false, so training passes
+# --untie-embeddings-and-output-weights; rms_norm_eps written as the decimal of its float32).
+QWEN25_CODER_05B = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+                    "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+                    "num_attention_heads": 14, "num_key_value_heads": 2,
+                    "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+                    "vocab_size": 151936, "max_position_embeddings": 32768,
+                    "tie_word_embeddings": False, "dtype": "bfloat16"}
+
+
+@pytest.fixture(scope="module", params=[("--debug-rollout-only",),
+                                        ("--untie-embeddings-and-output-weights",)],
+                ids=["rollout-only", "training"])
+def one_gpu(request, pins, tmp_path_factory):
+    """(extra args, argv, slime's args, validators run) of the one-GPU profile."""
+    from conftest import submitted_argv
+
+    slime, megatron = pins
+    folder = tmp_path_factory.mktemp("one_gpu")
+    model = folder / "qwen2.5-coder-0.5b-instruct"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(QWEN25_CODER_05B))
+    Path(f"{model}_torch_dist").mkdir()
+    values = yaml.safe_load((ROOT / "configs/alfworld_1gpu.yaml").read_text())
+    values["retrieval"]["cache_path"] = str(folder / "cache.npz")  # checked, not read
+    (folder / "cache.npz").write_text("")
+    config = folder / "alfworld_1gpu.yaml"
+    config.write_text(yaml.safe_dump(values))
+    argv = submitted_argv(ROOT / "scripts/alfworld/train_alfworld.sh", folder, slime, megatron,
+                          config=config, overrides={**ONE_GPU, "MODEL_DIR": str(model)},
+                          args=request.param)
+    args, _, ran = slime_parse(argv)
+    return request.param, argv, args, ran
+
+
+def test_the_one_gpu_profile_passes_slimes_validators_and_our_hooks(one_gpu):
+    extra, argv, args, ran = one_gpu
+    rollout_only = extra == ("--debug-rollout-only",)
+    # slime skips Megatron's validation (and its HF config check) under --debug-rollout-only
+    # (slime/utils/arguments.py:1637); training runs all three
+    assert ran == (["slime_validate_args", "sglang_validate_args"] if rollout_only else
+                   ["slime_validate_args", "_megatron_validate_args", "sglang_validate_args"])
+    assert (args.rollout_num_gpus, args.rollout_num_gpus_per_engine,
+            args.tensor_model_parallel_size) == (1, 1, 1)
+    assert args.rollout_batch_size == args.global_batch_size == 2
+    assert args.rollout_top_p == 1.0
+    # rollout-only: slime turns colocation and offloading off (slime/utils/arguments.py:1919-1930)
+    assert (args.colocate, args.offload_train) == ((False, False) if rollout_only else (True, True))
     check_slime_args(args, load_config(args.evolving_rl_config))

@@ -103,12 +103,13 @@ def _config_of(script: Path) -> str:
 
 def submitted_argv(script: Path, folder: Path, slime: Path, megatron: Path,
                    config: Path | None = None, prepared: Path | None = None,
-                   overrides: dict[str, str] | None = None) -> list[str]:
+                   overrides: dict[str, str] | None = None,
+                   args: tuple[str, ...] = ()) -> list[str]:
     """The arguments `script` gives slime's train.py (after `python3 <slime>/train.py`), with
-    the script's environment `overrides` (e.g. PROMPTS_PER_ROLLOUT)."""
+    the script's environment `overrides` (e.g. PROMPTS_PER_ROLLOUT) and extra `args`."""
     env = {**_launch_env(script, folder, slime, megatron, config, prepared), **(overrides or {})}
-    result = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True,
-                            timeout=300, cwd=folder)
+    result = subprocess.run(["bash", str(script), *args], env=env, capture_output=True,
+                            text=True, timeout=300, cwd=folder)
     assert result.returncode == 0, result.stderr[-3000:]
     calls = [path.read_bytes().decode().split("\0")[:-1]
              for path in sorted((folder / "calls").iterdir())]
