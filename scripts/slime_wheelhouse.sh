@@ -26,6 +26,9 @@
 # On the image: python3 -m pip install --no-index --no-deps -r DEST/requirements.txt
 #   --find-links DEST (measured: docs/results/2026-12-03-slime-wheelhouse.md).
 # Not in it: Megatron-LM (source), TransformerEngine and apex (compiled), slime (source).
+# Limit: the closure keeps numpy 2 (SGLang's on this image), while slime's Megatron side asserts
+# numpy 1.x: slime's rollouts run with it, its training does not
+# (docs/results/2026-12-03-slime-one-gpu.md).
 # Same inputs (pins, pyproject, slime's requirements, --present, options, this script, its helper
 # and scripts/wheelhouse.sh, whose functions it uses) as DEST's requirements.txt: nothing to do.
 # Built in a temporary folder beside DEST, moved into place only when complete.
