@@ -14,6 +14,13 @@
 #                         (default: torch, its CUDA libraries and triton: see KEEP below)
 #   --slime-dir DIR       slime's source (default: the slime/ submodule when checked out, else
 #                         $EVOLVING_RL_SLIME_PATH), for its requirements.txt
+#   --numpy2              keep SGLang's numpy 2: slime's rollouts run, its Megatron side does not
+#                         (by default the closure also takes SLIME_MEGATRON_PINS, scripts/lib/
+#                         pins.sh: numpy 1.26.4 and scipy 1.17.1, as slime's image does)
+#   --resolve-again A,B   the image's packages resolved again under those pins, from the index
+#                         with their real requirements (default: the H200 image's four that ask
+#                         numpy >= 2, found by `pip check` of that image rebuilt on the CPU with
+#                         numpy 1.26.4: ml-dtypes, opencv-python-headless, tifffile, contourpy)
 # How the image's packages are left out: each `name==version` of --present becomes a dist-info
 # holding only its name and version in the venv pip resolves in, so pip takes it as installed:
 # kept where its version satisfies the closure (not downloaded), replaced where it does not (the
@@ -26,9 +33,8 @@
 # On the image: python3 -m pip install --no-index --no-deps -r DEST/requirements.txt
 #   --find-links DEST (measured: docs/results/2026-12-03-slime-wheelhouse.md).
 # Not in it: Megatron-LM (source), TransformerEngine and apex (compiled), slime (source).
-# Limit: the closure keeps numpy 2 (SGLang's on this image), while slime's Megatron side asserts
-# numpy 1.x: slime's rollouts run with it, its training does not
-# (docs/results/2026-12-03-slime-one-gpu.md).
+# numpy: slime's Megatron side asserts numpy 1.x, SGLang's closure on the image alone keeps numpy 2
+# (docs/results/2026-12-03-slime-one-gpu.md); hence SLIME_MEGATRON_PINS unless --numpy2.
 # Same inputs (pins, pyproject, slime's requirements, --present, options, this script, its helper
 # and scripts/wheelhouse.sh, whose functions it uses) as DEST's requirements.txt: nothing to do.
 # Built in a temporary folder beside DEST, moved into place only when complete.
@@ -46,14 +52,18 @@ PRESENT="$ROOT/scripts/lib/h200_image_freeze.txt"
 KEEP='torch|torchvision|torchaudio|triton|nvidia-.+|cuda-toolkit|cuda-bindings'
 SLIME_DIR=
 DEST=
+NUMPY2=0
+RESOLVE_AGAIN=ml-dtypes,opencv-python-headless,tifffile,contourpy
 
 parse_args() {
     while [ $# -gt 0 ]; do
         case "$1" in
             -h|--help) usage; exit 0 ;;
-            --python-version|--platform|--present|--keep|--slime-dir)
+            --numpy2) NUMPY2=1; shift ;;
+            --python-version|--platform|--present|--keep|--slime-dir|--resolve-again)
                 [ $# -ge 2 ] || die_usage "$1 needs a value"
                 case "$1" in
+                    --resolve-again) RESOLVE_AGAIN="$2" ;;
                     --python-version) PYV="$2" ;;
                     --platform) PLATFORM="$2" ;;
                     --present) PRESENT="$2" ;;
@@ -78,7 +88,7 @@ parse_args() {
 
 slime_inputs_stamp() {  # what the wheelhouse depends on; equal stamps mean nothing to rebuild
     {
-        echo "$PYV $PLATFORM keep=$KEEP"
+        echo "$PYV $PLATFORM keep=$KEEP numpy2=$NUMPY2 again=$RESOLVE_AGAIN"
         cat "$ROOT/pyproject.toml" "$ROOT/scripts/lib/pins.sh" "$SLIME_DIR/requirements.txt" \
             "$PRESENT" "$0" "$HELPER" "$ROOT/scripts/wheelhouse.sh"
     } | sha256sum | cut -c1-16
@@ -86,12 +96,17 @@ slime_inputs_stamp() {  # what the wheelhouse depends on; equal stamps mean noth
 
 resolve_and_fetch() {  # the image as installed packages, pip's plan against it, the downloads
     local site platforms wanted name version rest
+    local again=() megatron=()
+    if [ "$NUMPY2" = 0 ]; then  # slime's Megatron-side pins, and the image's packages they contradict
+        read -ra megatron <<<"$SLIME_MEGATRON_PINS"
+        IFS=, read -ra again <<<"$RESOLVE_AGAIN"
+    fi
     site="$("$BPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
     step "the image's packages from $(basename "$PRESENT")" "$BPY" "$HELPER" present \
-        "$PRESENT" "$site" "$TMP/keep.txt" "$KEEP"
+        "$PRESENT" "$site" "$TMP/keep.txt" "$KEEP" --resolve-again "$(IFS='|'; echo "${again[*]}")"
     mapfile -t platforms < <(platform_args)
     wanted=("sglang==$SGLANG_VERSION" "$(project_requirement sglang-router)"
-        "$(project_requirement ray)" -r "$SLIME_DIR/requirements.txt")
+        "$(project_requirement ray)" -r "$SLIME_DIR/requirements.txt" "${megatron[@]}" "${again[@]}")
     step "resolving ${wanted[*]} against the image" "$BPY" -m pip install --dry-run \
         --only-binary=:all: --python-version "$PYV" --implementation cp "${platforms[@]}" \
         -c "$TMP/keep.txt" --report "$TMP/report.json" "${wanted[@]}"

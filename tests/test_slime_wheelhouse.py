@@ -105,6 +105,25 @@ def test_freeze_lines_and_the_image_as_installed_packages(tmp_path, caplog):
     assert constraints.read_text() == "nvidia-nccl-cu13==2.28.9\ntorch==2.11.0+cu130\n"
 
 
+def test_packages_resolved_again_are_not_taken_as_installed(tmp_path):
+    """The numpy-1 build: the image's packages that ask numpy >= 2 get no stand-in, so pip
+    resolves them from the index with their real requirements."""
+    present = {"numpy": "2.5.2", "ml-dtypes": "0.6.0", "contourpy": "1.4.0", "torch": "2.11.0"}
+    site = tmp_path / "site"
+    helper.write_present(present, site, tmp_path / "keep.txt", "torch", "ml-dtypes|contourpy")
+    found = {d.metadata["Name"] for d in importlib.metadata.distributions(path=[site])}
+    assert found == {"numpy", "torch"}
+    assert helper.main(["present", str(_freeze(tmp_path, present)), str(tmp_path / "site2"),
+                        str(tmp_path / "keep2.txt"), "torch", "--resolve-again", ""]) == 0
+    assert len(list((tmp_path / "site2").iterdir())) == 4  # no regex: every package
+
+
+def _freeze(tmp_path: Path, present: dict[str, str]) -> Path:
+    path = tmp_path / "freeze.txt"
+    path.write_text("".join(f"{name}=={version}\n" for name, version in present.items()))
+    return path
+
+
 def _item(name: str, version: str, sha256: str | None = None) -> dict:
     info = {"url": f"https://files.example/{name}-{version}-py3-none-any.whl"}
     if sha256:

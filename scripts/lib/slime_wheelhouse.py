@@ -9,6 +9,8 @@ Subcommands (the shell script runs them with its build venv's Python; the tests 
   expression KEEP (the torch family: replacing them would break the image's torch) are also
   pinned in CONSTRAINTS, so the resolver must find a closure that keeps them. Lines that are not
   `name==version` (options, `name @ url`, editable installs) are skipped and named on stderr.
+  `--resolve-again REGEX`: the image's packages to leave out of SITE, so that pip resolves them
+  from the index with their real requirements (the numpy-1 build, see the shell script).
 - `plan REPORT FREEZE KEEP`: pip's `--report` of that resolution, one line per package to fetch,
   "name version image_version sha256" (image_version "-" when the image lacks it, sha256 "-"
   when the index gave none). A package matching KEEP the image has is an error (exit 1).
@@ -62,11 +64,18 @@ def read_freeze(path: Path) -> dict[str, str]:
     return present
 
 
-def write_present(present: dict[str, str], site: Path, constraints: Path, keep: str) -> None:
-    """Fake dist-infos of the image's packages in `site`; the KEEP ones pinned in `constraints`."""
+def write_present(present: dict[str, str], site: Path, constraints: Path, keep: str,
+                  resolve_again: str = "") -> None:
+    """Fake dist-infos of the image's packages in `site`; the KEEP ones pinned in `constraints`.
+    Packages matching `resolve_again` get none: pip resolves them from the index, with their real
+    requirements (a stand-in has none, so pip would keep one that contradicts the closure)."""
     keep_re = re.compile(keep)
+    again_re = re.compile(resolve_again) if resolve_again else None
     pinned = []
     for name, version in sorted(present.items()):
+        if again_re is not None and again_re.fullmatch(name):
+            logger.info("resolved again, not taken as installed: %s %s", name, version)
+            continue
         info = site / f"{name.replace('-', '_')}-{version}.dist-info"
         info.mkdir(parents=True, exist_ok=True)
         (info / "METADATA").write_text(
@@ -165,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     cmd.add_argument("site", type=Path)
     cmd.add_argument("constraints", type=Path)
     cmd.add_argument("keep")
+    cmd.add_argument("--resolve-again", default="")
     cmd = commands.add_parser("plan")
     cmd.add_argument("report", type=Path)
     cmd.add_argument("freeze", type=Path)
@@ -176,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="slime_wheelhouse: %(message)s")
     try:
         if args.command == "present":
-            write_present(read_freeze(args.freeze), args.site, args.constraints, args.keep)
+            write_present(read_freeze(args.freeze), args.site, args.constraints, args.keep,
+                          args.resolve_again)
         elif args.command == "plan":
             report = json.loads(args.report.read_text(encoding="utf-8"))
             for p in read_plan(report, read_freeze(args.freeze), args.keep):
