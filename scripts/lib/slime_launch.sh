@@ -50,9 +50,10 @@
 # SGLang / Megatron-LM versions than the pin's are a loud warning). Then it starts,
 # in order: the env server (our launcher, PID file), the retrieval server (its launcher, PID
 # file), a Ray head, then `ray job submit` of slime's train.py with our hooks; waits for the job.
-# On exit or Ctrl-C it stops exactly what it started: the Ray job it submitted, the Ray head it
-# started (`ray start --head` fails when one already runs, so never someone else's), and the
-# servers via their launchers' PID files. Nothing is killed by name. The servers run from the
+# The run reads its own copy of the config, $RUN_DIR/config.yaml. On exit or Ctrl-C it stops
+# exactly what it started: the Ray job it submitted, the Ray head it started (`ray start --head`
+# fails when one already runs, so never someone else's), and the servers via their launchers'
+# PID files. Nothing is killed by name. The servers run from the
 # repo root, so relative paths in the config are relative to it.
 
 slime_usage() {  # the calling script's header, then this file's (after the shellcheck line)
@@ -117,6 +118,12 @@ command -v ray >/dev/null || die "missing the ray command (the slime image has i
 "$PYTHON" -m evolving_rl.slime_bridge.stack --config "$CONFIG" --megatron-dir "$MEGATRON_DIR" \
     || die "this environment cannot run the config's top-p replay (see above)"
 mkdir -p "$RUN_DIR"
+# The run reads its own copy of the config (the job through --custom-config-path, the servers'
+# start and stop): editing or removing the original mid-run changes nothing, and the run records
+# what it ran with. A removed original once left the servers running: their stop could not read
+# it. Relative paths in the config stay relative to the repo root, where the servers run.
+[ "$CONFIG" -ef "$RUN_DIR/config.yaml" ] || cp "$CONFIG" "$RUN_DIR/config.yaml"
+CONFIG="$RUN_DIR/config.yaml"
 
 # --- cleanup: only what this script started, newest first -----------------------------------
 ENV_STARTED=0 RETRIEVAL_STARTED=0 RAY_STARTED=0 JOB_ID="" SUBMIT_PID=""

@@ -4,7 +4,8 @@ With configs/web.yaml on local files (a generated Mind2Web set, prepared; a retr
 with MiniLM; a stand-in for slime's sglang-router fork, which top-p 0.85 needs) the script starts
 our env server and the retrieval server, starts a Ray head, submits slime's train.py with the
 run's flags, and when the job ends (here: it fails) stops the job, the Ray head and both servers by
-their PID files, and exits with the job's status. Marked slow: two servers start and stop (about
+their PID files, and exits with the job's status. The stub removes the original config while the
+job runs: the servers still stop, from the run's own copy in RUN_DIR. Marked slow: two servers start and stop (about
 40 s on two busy cores).
 """
 
@@ -29,6 +30,7 @@ JOB_STATUS = 7
 RAY_STUB = """#!/bin/bash
 echo "$*" >> "$STUB_DIR/calls"
 if [ "$1 $2" = "job submit" ]; then
+    rm "$STUB_DIR/web.yaml"  # the original config, removed mid-run: the run stops from its copy
     cp "$STUB_DIR"/logs/*/*.pid "$STUB_DIR/" && exit {status}
 fi
 """
@@ -98,7 +100,8 @@ def test_the_web_run_starts_everything_and_stops_what_it_started(tmp_path):
     evals = command[command.index("--eval-prompt-data") + 1:command.index("--eval-temperature")]
     assert evals[::2] == ["test_task", "test_website", "test_domain"]
     custom = yaml.safe_load((tmp_path / "run/slime_custom_config.yaml").read_text())
-    assert custom == {"evolving_rl_config": env["CONFIG"]}
+    assert custom == {"evolving_rl_config": str(tmp_path / "run/config.yaml")}
+    assert yaml.safe_load((tmp_path / "run/config.yaml").read_text())["mind2web"]["port"] > 0
 
     pids = [int(path.read_text()) for path in tmp_path.glob("*.pid")]
     assert len(pids) == 2, "both servers ran while the job was submitted"
