@@ -13,6 +13,7 @@ which also names the one stand-in: the GPU-architecture probe). Then our hooks' 
 from __future__ import annotations
 
 import json
+import re
 from argparse import Namespace
 from pathlib import Path
 
@@ -68,10 +69,20 @@ def test_our_hooks_accept_the_args_slime_made(parsed):
     check_slime_args(args, load_config(args.evolving_rl_config))
 
 
-# configs/alfworld_1gpu.yaml's header: the one-GPU profile, run for real on an H200 (rollouts).
-ONE_GPU = {"NUM_GPUS": "1", "TP_SIZE": "1", "MODEL_ARGS_NAME": "qwen2.5-0.5B",
-           "PROMPTS_PER_ROLLOUT": "2", "SGLANG_MEM_FRACTION": "0.4", "MAX_TOKENS_PER_GPU": "8192",
-           "NUM_ROLLOUT": "3", "EVAL_INTERVAL": "2"}
+ONE_GPU_CONFIG = ROOT / "configs/alfworld_1gpu.yaml"
+# Set here to the test's own folders; the rest of the header's command is taken as written.
+OWN_PATHS = {"MODEL_DIR", "REF_DIR", "CONFIG", "RUN_DIR"}
+
+
+def one_gpu_environment() -> dict[str, str]:
+    """The environment of the command in configs/alfworld_1gpu.yaml's header (the one-GPU
+    profile, run for real on an H200), less the paths this test sets itself."""
+    header = "".join(line[1:] for line in ONE_GPU_CONFIG.read_text().splitlines()
+                     if line.startswith("#"))
+    command = header[:header.index("bash scripts/alfworld/train_alfworld.sh")]
+    found = dict(re.findall(r"\b([A-Z_]+)=(\S+)", command))
+    assert {"NUM_GPUS", "TP_SIZE", "MODEL_ARGS_NAME", "PROMPTS_PER_ROLLOUT"} <= set(found)
+    return {name: value for name, value in found.items() if name not in OWN_PATHS}
 # config.json of models/qwen2.5-coder-0.5b-instruct as the local backend converts it (its GGUF has
 # a separate output matrix: tie_word_embeddings false, so training passes
 # --untie-embeddings-and-output-weights; rms_norm_eps written as the decimal of its float32).
@@ -96,14 +107,14 @@ def one_gpu(request, pins, tmp_path_factory):
     model.mkdir()
     (model / "config.json").write_text(json.dumps(QWEN25_CODER_05B))
     Path(f"{model}_torch_dist").mkdir()
-    values = yaml.safe_load((ROOT / "configs/alfworld_1gpu.yaml").read_text())
+    values = yaml.safe_load(ONE_GPU_CONFIG.read_text())
     values["retrieval"]["cache_path"] = str(folder / "cache.npz")  # checked, not read
     (folder / "cache.npz").write_text("")
     config = folder / "alfworld_1gpu.yaml"
     config.write_text(yaml.safe_dump(values))
+    overrides = {**one_gpu_environment(), "MODEL_DIR": str(model)}
     argv = submitted_argv(ROOT / "scripts/alfworld/train_alfworld.sh", folder, slime, megatron,
-                          config=config, overrides={**ONE_GPU, "MODEL_DIR": str(model)},
-                          args=request.param)
+                          config=config, overrides=overrides, args=request.param)
     args, _, ran = slime_parse(argv)
     return request.param, argv, args, ran
 
