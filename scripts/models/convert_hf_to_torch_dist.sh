@@ -33,7 +33,8 @@ fi
 # shellcheck source=/dev/null
 source "$MODEL_SCRIPT"  # defines MODEL_ARGS
 
-export PYTHONPATH="$MEGATRON_DIR:$SLIME_DIR${PYTHONPATH:+:$PYTHONPATH}"
+# this repo's src/ for the TE-free layer spec (--spec evolving_rl.slime_bridge.megatron_spec layer_spec)
+export PYTHONPATH="$MEGATRON_DIR:$SLIME_DIR:$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 LAUNCH=("$PYTHON")
 if [ "$NUM_GPUS" -gt 1 ]; then

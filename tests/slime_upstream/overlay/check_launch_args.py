@@ -74,15 +74,32 @@ ONE_GPU_CONFIG = ROOT / "configs/alfworld_1gpu.yaml"
 OWN_PATHS = {"MODEL_DIR", "REF_DIR", "CONFIG", "RUN_DIR"}
 
 
+TRAIN_COMMAND = "bash scripts/alfworld/train_alfworld.sh"
+
+
+def _one_gpu_header() -> str:
+    return " ".join(line[1:] for line in ONE_GPU_CONFIG.read_text().splitlines()
+                    if line.startswith("#"))
+
+
 def one_gpu_environment() -> dict[str, str]:
     """The environment of the command in configs/alfworld_1gpu.yaml's header (the one-GPU
     profile, run for real on an H200), less the paths this test sets itself."""
-    header = "".join(line[1:] for line in ONE_GPU_CONFIG.read_text().splitlines()
-                     if line.startswith("#"))
-    command = header[:header.index("bash scripts/alfworld/train_alfworld.sh")]
+    header = _one_gpu_header()
+    command = header[:header.index(TRAIN_COMMAND)]
     found = dict(re.findall(r"\b([A-Z_]+)=(\S+)", command))
     assert {"NUM_GPUS", "TP_SIZE", "MODEL_ARGS_NAME", "PROMPTS_PER_ROLLOUT"} <= set(found)
     return {name: value for name, value in found.items() if name not in OWN_PATHS}
+
+
+def one_gpu_training_flags() -> tuple[str, ...]:
+    """The flags of the header's training command (its second train script call)."""
+    header = _one_gpu_header()
+    second = header.index(TRAIN_COMMAND, header.index(TRAIN_COMMAND) + 1)
+    rest = header[second + len(TRAIN_COMMAND):]
+    flags = tuple(word for word in rest[:rest.index("(")].split() if word != "\\")
+    assert flags[0].startswith("--") and "--spec" in flags, flags
+    return flags
 # config.json of models/qwen2.5-coder-0.5b-instruct as the local backend converts it (its GGUF has
 # a separate output matrix: tie_word_embeddings false, so training passes
 # --untie-embeddings-and-output-weights; rms_norm_eps written as the decimal of its float32).
@@ -94,8 +111,7 @@ QWEN25_CODER_05B = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2"
                     "tie_word_embeddings": False, "dtype": "bfloat16"}
 
 
-@pytest.fixture(scope="module", params=[("--debug-rollout-only",),
-                                        ("--untie-embeddings-and-output-weights",)],
+@pytest.fixture(scope="module", params=[("--debug-rollout-only",), one_gpu_training_flags()],
                 ids=["rollout-only", "training"])
 def one_gpu(request, pins, tmp_path_factory):
     """(extra args, argv, slime's args, validators run) of the one-GPU profile."""
@@ -130,6 +146,13 @@ def test_the_one_gpu_profile_passes_slimes_validators_and_our_hooks(one_gpu):
             args.tensor_model_parallel_size) == (1, 1, 1)
     assert args.rollout_batch_size == args.global_batch_size == 2
     assert args.rollout_top_p == 1.0
-    # rollout-only: slime turns colocation and offloading off (slime/utils/arguments.py:1919-1930)
-    assert (args.colocate, args.offload_train) == ((False, False) if rollout_only else (True, True))
+    # rollout-only: slime turns colocation and offloading off (slime/utils/arguments.py:1919-1930);
+    # training stays colocated without offloading, as the header's flags ask (:1938-1957)
+    assert args.colocate is not rollout_only
+    assert (args.offload_train, args.offload_rollout) == (False, False)
+    if not rollout_only:  # the TE-free spec (src/evolving_rl/slime_bridge/megatron_spec.py)
+        assert (args.transformer_impl, args.spec) == (
+            "local", ["evolving_rl.slime_bridge.megatron_spec", "layer_spec"])
+        assert args.no_persist_layer_norm
+        assert not (args.gradient_accumulation_fusion or args.apply_rope_fusion)
     check_slime_args(args, load_config(args.evolving_rl_config))
