@@ -121,8 +121,14 @@ mkdir -p "$RUN_DIR"
 # The run reads its own copy of the config (the job through --custom-config-path, the servers'
 # start and stop): editing or removing the original mid-run changes nothing, and the run records
 # what it ran with. A removed original once left the servers running: their stop could not read
-# it. Relative paths in the config stay relative to the repo root, where the servers run.
-[ "$CONFIG" -ef "$RUN_DIR/config.yaml" ] || cp "$CONFIG" "$RUN_DIR/config.yaml"
+# it. Relative paths in the config stay relative to the repo root, where the servers run. The
+# copy is the validated config with run.output_dir set to RUN_DIR, where the pipeline writes its
+# skill library: two runs of one config with other RUN_DIRs once appended to one library.
+"$PYTHON" -c 'import json, sys, yaml
+from evolving_rl.config import load_config, to_dict
+cfg = load_config(sys.argv[1], ["run.output_dir=" + json.dumps(sys.argv[2])])
+text = yaml.safe_dump(to_dict(cfg), sort_keys=False)
+open(sys.argv[3], "w", encoding="utf-8").write(text)' "$CONFIG" "$RUN_DIR" "$RUN_DIR/config.yaml"
 CONFIG="$RUN_DIR/config.yaml"
 
 # --- cleanup: only what this script started, newest first -----------------------------------

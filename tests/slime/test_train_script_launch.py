@@ -101,7 +101,9 @@ def test_the_web_run_starts_everything_and_stops_what_it_started(tmp_path):
     assert evals[::2] == ["test_task", "test_website", "test_domain"]
     custom = yaml.safe_load((tmp_path / "run/slime_custom_config.yaml").read_text())
     assert custom == {"evolving_rl_config": str(tmp_path / "run/config.yaml")}
-    assert yaml.safe_load((tmp_path / "run/config.yaml").read_text())["mind2web"]["port"] > 0
+    copy = yaml.safe_load((tmp_path / "run/config.yaml").read_text())
+    assert copy["mind2web"]["port"] > 0
+    assert copy["run"]["output_dir"] == str(tmp_path / "run")  # the skill library's folder
 
     pids = [int(path.read_text()) for path in tmp_path.glob("*.pid")]
     assert len(pids) == 2, "both servers ran while the job was submitted"
