@@ -124,6 +124,9 @@ def test_a_generation_has_one_log_prob_per_sampled_id_and_stops_at_the_cap(urls,
     assert len(generation.token_ids) == len(generation.log_probs) == 12
     assert generation.finish_reason is FinishReason.LENGTH
     assert all(math.isfinite(lp) and lp <= 0.0 for lp in generation.log_probs)
+    again = _run(lambda client: client.generate(prompt, sampling), urls[1])
+    assert again.prefix_cache.prompt_tokens == len(prompt)  # SGLang's counts reach the client
+    assert 0 < again.prefix_cache.cached_tokens <= len(prompt)  # the radix cache served a prefix
 
 
 def test_a_stop_string_ends_the_turn_and_stays_in_the_ids(urls, encode):

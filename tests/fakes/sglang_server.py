@@ -18,6 +18,10 @@ input position from `logprob_start_len` on (default -1: none), the first entry's
 position p's `scorer(ids, p)` (default `prefix_log_prob`, which depends on the ids before p, so a
 different context scores the same ids differently); a `logprob_start_len` beyond the input is a
 400 with SGLang's error body; `max_new_tokens: 0` samples nothing (finish reason length 0).
+
+Every answer carries `prompt_tokens` and `cached_tokens` (SGLang's tokenizer_manager.py:1892,
+:1919); `cached_tokens` is a radix cache's hit: the longest prefix the prompt shares with an
+earlier request's prompt plus reply. `answers` records each answer's `meta_info`.
 """
 
 from __future__ import annotations
@@ -82,7 +86,9 @@ class FakeSGLang:
     hold: bool = False
     nucleus_base64: bool = False
     requests: list[dict[str, Any]] = field(default_factory=list)
+    answers: list[dict[str, Any]] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
+    _cached: list[list[int]] = field(default_factory=list)
     _held: dict[str, asyncio.Event] = field(default_factory=dict)
     _runner: web.AppRunner | None = None
     url: str = ""
@@ -109,14 +115,30 @@ class FakeSGLang:
         else:
             ids, reason = self._sample(prompt, params)
         meta = {"id": body["rid"], "prompt_tokens": len(prompt),
+                "cached_tokens": self._cache_hit(prompt, ids),
                 "completion_tokens": len(ids), "finish_reason": reason,
                 "output_token_logprobs": [[token_log_prob(i), i, None] for i in ids]}
+        self.answers.append(meta)
         if body.get("return_logprob"):
             meta["input_token_logprobs"] = input_token_logprobs(prompt, start, self.scorer)
         asked = (params.get("custom_params") or {}).get("return_top_p_token_ids", False)
         if asked and params.get("top_p", 1.0) < 1.0 and ids:
             meta.update(nucleus_meta(ids, self.nucleus_base64))
         return web.json_response({"text": self.tokenizer.decode(ids), "meta_info": meta})
+
+    def _cache_hit(self, prompt: list[int], ids: list[int]) -> int:
+        """The longest prefix of `prompt` an earlier request left in the cache; then cache this
+        request's prompt and reply."""
+        hit = 0
+        for seen in self._cached:
+            n = 0
+            for a, b in zip(prompt, seen, strict=False):
+                if a != b:
+                    break
+                n += 1
+            hit = max(hit, n)
+        self._cached.append(prompt + ids)
+        return hit
 
     def _sample(self, prompt: list[int], params: dict[str, Any],
                 ) -> tuple[list[int], dict[str, Any]]:

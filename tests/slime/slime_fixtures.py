@@ -66,8 +66,22 @@ def slime_file(path: str) -> str:
 
 
 @dataclass
+class StandInPrefixCacheInfo:
+    """slime's `Sample.PrefixCacheInfo` at the pinned commit: its fields and `add`."""
+
+    cached_tokens: int = 0
+    total_prompt_tokens: int = 0
+
+    def add(self, meta_info: dict) -> None:
+        self.cached_tokens += meta_info.get("cached_tokens", 0)
+        self.total_prompt_tokens += meta_info.get("prompt_tokens", 0)
+
+
+@dataclass
 class StandInSample:
     """Fields of slime's `Sample` at the pinned commit (names, order, defaults)."""
+
+    PrefixCacheInfo = StandInPrefixCacheInfo
 
     class Status(Enum):
         PENDING = "pending"
@@ -105,7 +119,7 @@ class StandInSample:
     session_id: str | None = None
     non_generation_time: float = 0.0
     spec_info: dict = field(default_factory=dict)  # slime: Sample.SpecInfo
-    prefix_cache_info: dict = field(default_factory=dict)  # slime: Sample.PrefixCacheInfo
+    prefix_cache_info: StandInPrefixCacheInfo = field(default_factory=StandInPrefixCacheInfo)
 
 
 @dataclass

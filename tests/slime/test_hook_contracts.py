@@ -39,6 +39,7 @@ import re
 import pytest
 from slime_fixtures import (
     StandInEvalOutput,
+    StandInPrefixCacheInfo,
     StandInSample,
     StandInTrainOutput,
     real_slime,
@@ -46,6 +47,9 @@ from slime_fixtures import (
 )
 
 from evolving_rl import slime_hooks
+from evolving_rl.core.roles import Role
+from evolving_rl.core.samples import PrefixCache, TrainSample
+from evolving_rl.slime_bridge.samples import to_slime_sample
 from evolving_rl.slime_bridge.settings import HOOK_PATHS, HOOKS_MODULE
 from evolving_rl.slime_bridge.train_data import ROLE_CHANNEL_KEY
 from tests import upstream
@@ -116,6 +120,39 @@ def test_standins_mirror_pinned_slime_fields():
     for standin, name in ((StandInTrainOutput, "RolloutFnTrainOutput"),
                           (StandInEvalOutput, "RolloutFnEvalOutput")):
         assert [f.name for f in dataclasses.fields(standin)] == _dataclass_fields(base_src, name)
+
+
+def _upstream_definition(path: str, name: str, namespace: dict) -> object:
+    """Class or function `name` of slime's `path` at the pin, run from its source in `namespace`."""
+    node = next(node for node in ast.walk(ast.parse(slime_file(path)))
+                if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name == name)
+    exec(compile(ast.Module([node], []), path, "exec"), namespace)
+    return namespace[name]
+
+
+def test_sglangs_prefix_cache_counts_reach_slimes_hit_rate():
+    """Our sample's summed SGLang counts go through slime's own `PrefixCacheInfo.add` into its
+    `_compute_prefix_cache_metrics` (both run from slime's source; they read 0 before)."""
+    info = _upstream_definition("slime/utils/types.py", "PrefixCacheInfo",
+                                {"dataclass": dataclasses.dataclass})
+    assert [f.name for f in dataclasses.fields(info)] == \
+        [f.name for f in dataclasses.fields(StandInPrefixCacheInfo)]
+
+    @dataclasses.dataclass
+    class Sample(StandInSample):
+        prefix_cache_info: object = dataclasses.field(default_factory=info)
+
+    hit_rate = _upstream_definition("slime/observability/rollout_metrics.py",
+                                    "_compute_prefix_cache_metrics", {"Sample": Sample})
+    samples = [to_slime_sample(TrainSample(
+        role=Role.SOLVER, prompt_ids=[1, 2], response_ids=[3, 4], loss_mask=[1, 1],
+        log_probs=[-0.5, -0.5], reward=0.0, group_id="g", prefix_cache=cache),
+        Sample, index=i, group_index=0)
+        for i, cache in enumerate([PrefixCache(120, 90), PrefixCache(80, 10)])]
+    assert (samples[0].prefix_cache_info.total_prompt_tokens,
+            samples[0].prefix_cache_info.cached_tokens) == (120, 90)
+    assert hit_rate(None, samples) == {"prefix_cache_hit_rate": 0.5,
+                                       "avg_cached_tokens_per_sample": 50.0}
 
 
 def _string_list_after(source: str, marker: str) -> set[str]:

@@ -3,7 +3,8 @@
 Owns `SamplingParams`, `Generation` and the `PolicyClient` protocol the episode loop calls,
 plus `SGLangPolicyClient`, which posts token ids to SGLang's `/generate` with
 `return_logprob: true` and reads the sampled ids and log-probs back from
-`meta_info.output_token_logprobs` ([logprob, token id, text] per token), and scores given ids
+`meta_info.output_token_logprobs` ([logprob, token id, text] per token) with the answer's
+prefix-cache counts (`prompt_tokens`, `cached_tokens`: `PrefixCache`), and scores given ids
 without sampling (`score`, "Scoring" below). Nothing is ever re-tokenised. Every request carries
 its own `rid`; when the calling task is cancelled (an episode aborted) or times out, the client
 aborts that `rid` on SGLang so it stops generating for nobody.
@@ -67,6 +68,7 @@ from evolving_rl.clients.http import (
 )
 from evolving_rl.config.schema import ClientConfig, SamplingConfig
 from evolving_rl.core.nucleus import Nucleus, nucleus_problem
+from evolving_rl.core.samples import PrefixCache
 from evolving_rl.core.strenum import StrEnum
 
 logger = logging.getLogger(__name__)
@@ -130,6 +132,7 @@ class Generation:
     log_probs: tuple[float, ...]
     finish_reason: FinishReason
     nucleus: Nucleus | None = None
+    prefix_cache: PrefixCache = PrefixCache()
 
     def __post_init__(self) -> None:
         if len(self.token_ids) != len(self.log_probs):
@@ -211,12 +214,22 @@ def parse_sglang_response(data: dict[str, Any], nucleus_required: bool = False) 
     except ValueError:
         raise PolicyError(f"unknown finish_reason {finish!r}") from None
     nucleus = parse_nucleus(meta, len(token_ids))
+    cache = PrefixCache(_count(meta, "prompt_tokens"), _count(meta, "cached_tokens"))
     if nucleus is None and nucleus_required and token_ids and reason is not FinishReason.ABORT:
         raise PolicyError(
             "SGLang returned no top_p_token_ids although custom_params.return_top_p_token_ids "
             "was set: --rollout-top-p < 1 needs slime's SGLang top-p patch "
             "(slime docker/patch/latest/sglang-top_p.patch)")
-    return Generation(token_ids, log_probs, reason, nucleus)
+    return Generation(token_ids, log_probs, reason, nucleus, cache)
+
+
+def _count(meta: dict[str, Any], key: str) -> int:
+    """A token count of `meta_info` (SGLang's tokenizer_manager.py sets `prompt_tokens` and
+    `cached_tokens` on every answer); 0 when absent."""
+    value = meta.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise PolicyError(f"meta_info.{key} is {value!r}, not a token count")
+    return value
 
 
 def parse_scored_log_probs(data: dict[str, Any], n_tokens: int) -> list[float]:

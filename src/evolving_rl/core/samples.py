@@ -33,6 +33,20 @@ class SampleStatus(StrEnum):
         return self in (SampleStatus.COMPLETED, SampleStatus.TRUNCATED)
 
 
+@dataclass(frozen=True)
+class PrefixCache:
+    """SGLang's prefix-cache counts over generation calls: the prompt tokens sent and how many of
+    them its radix cache served (`meta_info.prompt_tokens` / `cached_tokens` of each answer). slime
+    sums them into `rollout/prefix_cache_hit_rate` (slime/observability/rollout_metrics.py:202)."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+
+    def __add__(self, other: PrefixCache) -> PrefixCache:
+        return PrefixCache(self.prompt_tokens + other.prompt_tokens,
+                           self.cached_tokens + other.cached_tokens)
+
+
 @dataclass
 class TrainSample:
     """One training sample: prompt ids + response ids with a mask and sampled log-probs.
@@ -41,6 +55,7 @@ class TrainSample:
     inside the response carry mask 0 and log-prob 0.0. `nucleus`, when recorded, has one span per
     response token: the sampled nucleus on generated tokens, an empty span on the others.
     `teacher_log_probs`, when present, has one entry per response token too (0.0 off the mask).
+    `prefix_cache` sums the generation calls that sampled the response (zero off SGLang).
     """
 
     role: Role
@@ -55,6 +70,7 @@ class TrainSample:
     metadata: dict[str, Any] = field(default_factory=dict)
     nucleus: Nucleus | None = None
     teacher_log_probs: list[float] | None = None
+    prefix_cache: PrefixCache = PrefixCache()
 
     def __post_init__(self) -> None:
         n = len(self.response_ids)

@@ -187,7 +187,8 @@ class AlfworldAdapter:
                             response_ids=list(trace.response_ids),
                             loss_mask=list(trace.loss_mask), log_probs=list(trace.log_probs),
                             reward=reward, group_id=group_id, status=status,
-                            metadata=metadata, nucleus=trace.nucleus)]
+                            metadata=metadata, nucleus=trace.nucleus,
+                            prefix_cache=trace.prefix_cache)]
 
     def for_evaluation(self) -> AlfworldAdapter:
         return self

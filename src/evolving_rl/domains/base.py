@@ -21,7 +21,7 @@ from evolving_rl.clients.tokenizer import Message
 from evolving_rl.config.schema import Config
 from evolving_rl.core.nucleus import Nucleus, NucleusBuilder
 from evolving_rl.core.roles import Role
-from evolving_rl.core.samples import SampleStatus, TrainSample
+from evolving_rl.core.samples import PrefixCache, SampleStatus, TrainSample
 from evolving_rl.core.skill import SkillFormat
 
 
@@ -88,7 +88,7 @@ class EpisodeTrace:
     their spans on sampled tokens, empty spans on observation tokens. With step prompts (the
     adapter's `step_prompts`: each step prompted afresh, no dialogue history) the episode's own
     record is the first step's prompt with an empty response, and `steps` holds one record per
-    step: its own prompt and its one reply.
+    step: its own prompt and its one reply. `prefix_cache` sums its generations' counts.
     """
 
     prompt_ids: list[int]
@@ -98,6 +98,7 @@ class EpisodeTrace:
     turns: list[Turn] = field(default_factory=list)
     top_p_spans: NucleusBuilder | None = None
     steps: list[EpisodeTrace] = field(default_factory=list)
+    prefix_cache: PrefixCache = PrefixCache()
 
     def add_observation(self, token_ids: Sequence[int]) -> None:
         self.response_ids.extend(token_ids)
@@ -107,7 +108,8 @@ class EpisodeTrace:
             self.top_p_spans.add_empty(len(token_ids))
 
     def add_generation(self, token_ids: Sequence[int], log_probs: Sequence[float],
-                       nucleus: Nucleus | None = None) -> None:
+                       nucleus: Nucleus | None = None,
+                       prefix_cache: PrefixCache | None = None) -> None:
         if self.n_generated and (nucleus is None) != (self.top_p_spans is None):
             raise ValueError("every generation of an episode carries a nucleus, or none does")
         if nucleus is not None:
@@ -117,6 +119,8 @@ class EpisodeTrace:
         self.response_ids.extend(token_ids)
         self.loss_mask.extend([1] * len(token_ids))
         self.log_probs.extend(log_probs)
+        if prefix_cache is not None:
+            self.prefix_cache += prefix_cache
 
     @property
     def length(self) -> int:

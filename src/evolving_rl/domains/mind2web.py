@@ -284,7 +284,7 @@ class Mind2WebAdapter:
                 reward=step_reward, group_id=group_id, status=status,
                 metadata={**metadata, "step_index": index, "step_correct": bool(turn.reward),
                           "action_status": turn.action_status},
-                nucleus=step.nucleus))
+                nucleus=step.nucleus, prefix_cache=step.prefix_cache))
         return samples
 
     def for_evaluation(self) -> Mind2WebAdapter:

@@ -103,7 +103,8 @@ def _extractor_sample(unit: SourceUnit, extraction: Extraction, reward: Extracto
                         loss_mask=[1] * len(generation.token_ids),
                         log_probs=list(generation.log_probs), reward=value,
                         group_id=extractor_group_id(unit.key), status=extraction.status,
-                        metadata=metadata, nucleus=generation.nucleus)]
+                        metadata=metadata, nucleus=generation.nucleus,
+                        prefix_cache=generation.prefix_cache)]
 
 
 def _record(unit: SourceUnit, extraction: Extraction, reward: ExtractorReward, grid: Grid,

@@ -155,7 +155,8 @@ async def _turn(ep: _Episode, observation: Observation, sampling: SamplingParams
         return ep.end(SampleStatus.ABORTED, "aborted", None)
     if not generation.token_ids:
         return ep.end(SampleStatus.EMPTY, "empty_generation", None)
-    trace.add_generation(generation.token_ids, generation.log_probs, generation.nucleus)
+    trace.add_generation(generation.token_ids, generation.log_probs, generation.nucleus,
+                         generation.prefix_cache)
     text = ctx.cfg.pipeline.solver_reply_prefix + ctx.tokenizer.decode(generation.token_ids)
     choice = ctx.adapter.parse_action(text, observation)
     ep.actions[choice.status] += 1

@@ -9,6 +9,8 @@ Owns the mapping onto slime's `Sample` (pinned commit 624b824a):
   - `teacher_log_probs` (slime's own field for on-policy distillation, slime/utils/types.py:128)
     = a student's teacher log-probs under `pipeline.skill_use: teacher` (one per response token),
     None otherwise; `train_data` checks and encodes them into the loss's channel;
+  - `prefix_cache_info` = SGLang's prompt and cached token counts summed over the calls that
+    sampled the response (slime's `rollout/prefix_cache_hit_rate`);
   - `reward` = the raw reward; `status` COMPLETED or TRUNCATED (failed samples never get here);
   - `group_index` = position of the sample's GRPO group in this rollout, `index` = running index;
   - `metadata` = the pipeline's metadata plus our `SampleTag` under `TAG_KEY` (role, explicit group
@@ -72,7 +74,7 @@ def to_slime_sample(sample: TrainSample, sample_cls: type, *, index: int, group_
     status = sample_cls.Status.TRUNCATED if sample.status is SampleStatus.TRUNCATED \
         else sample_cls.Status.COMPLETED
     nucleus, teacher = sample.nucleus, sample.teacher_log_probs
-    return sample_cls(
+    slime_sample = sample_cls(
         group_index=group_index, index=index, tokens=list(sample.tokens),
         response_length=sample.response_length, reward=float(sample.reward),
         loss_mask=list(sample.loss_mask), rollout_log_probs=list(sample.log_probs),
@@ -80,6 +82,10 @@ def to_slime_sample(sample: TrainSample, sample_cls: type, *, index: int, group_
         rollout_top_p_token_offsets=list(nucleus.offsets) if nucleus else None,
         teacher_log_probs=list(teacher) if teacher is not None else None,
         status=status, metadata={**sample.metadata, TAG_KEY: tag.to_dict()})
+    # slime's own reader of SGLang's counts (slime/utils/types.py:202-205), fed their sums
+    slime_sample.prefix_cache_info.add({"prompt_tokens": sample.prefix_cache.prompt_tokens,
+                                        "cached_tokens": sample.prefix_cache.cached_tokens})
+    return slime_sample
 
 
 def to_slime_groups(samples: Sequence[TrainSample], sample_cls: type) -> list[list[Any]]:

@@ -17,7 +17,8 @@ Each environment runs under `pipeline.skill_use: context` and `teacher` (with ex
 reach slime with `Sample.teacher_log_probs` equal to what the fake scored with each card, each
 data-parallel rank's role channel decodes (our loss's `decode_channel`) into those teachers on the
 students' trained tokens and the role codes elsewhere, and our logger logs the teacher/* metrics;
-Mind2Web prompts every step afresh, so the pipeline refuses the switch when it is built.
+Mind2Web prompts every step afresh, so the pipeline refuses the switch when it is built. slime's
+own prefix-cache metrics read the fake's `cached_tokens` / `prompt_tokens`, summed per sample.
 """
 
 from __future__ import annotations
@@ -289,6 +290,7 @@ def test_one_training_rollout_through_slimes_rollout_manager(world, skill_use, r
         assert len(rank["tokens"]) == len(rank["partition"]) == len(rank["teacher_log_probs"])
     assert len(logged_samples) == n_samples and len(logged_metrics) == 1
     _check_channel(logged_samples, ranks)
+    _check_prefix_cache(logged_samples, logged_metrics[0], fake.answers)
     if skill_use == "teacher":
         scored = _scored(fake.requests)
         _check_students(logged_samples, scored)
@@ -299,3 +301,13 @@ def test_one_training_rollout_through_slimes_rollout_manager(world, skill_use, r
         assert metrics["rollout/pipeline/teacher/score_calls"] == sum(map(len, scored.values()))
     else:
         assert all(s.teacher_log_probs is None for s in logged_samples)
+
+
+def _check_prefix_cache(samples: list, metrics: dict, answers: list[dict]) -> None:
+    """slime's own prefix-cache metrics (slime/observability/rollout_metrics.py:202-209) read the
+    counts the fake SGLang answered, summed per sample: no more than it answered, hits > 0."""
+    prompt = sum(s.prefix_cache_info.total_prompt_tokens for s in samples)
+    cached = sum(s.prefix_cache_info.cached_tokens for s in samples)
+    assert 0 < cached <= prompt <= sum(answer["prompt_tokens"] for answer in answers)
+    assert metrics["rollout/prefix_cache_hit_rate"] == pytest.approx(cached / prompt)
+    assert metrics["rollout/avg_cached_tokens_per_sample"] == pytest.approx(cached / len(samples))
