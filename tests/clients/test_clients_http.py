@@ -25,7 +25,7 @@ from evolving_rl.clients.policy import (
 )
 from evolving_rl.clients.retrieval import RetrievalClient, SearchQuery
 from evolving_rl.config.schema import ClientConfig
-from evolving_rl.core.samples import PrefixCache
+from evolving_rl.core.samples import PrefixCacheCounts
 from tests.fakes.scripted import token_log_prob
 from tests.fakes.sglang_server import FakeSGLang, prefix_log_prob
 
@@ -155,14 +155,14 @@ def test_malformed_answers_are_policy_errors():
     ok = parse_sglang_response({"meta_info": {"output_token_logprobs": [[-0.5, 7, None]],
                                               "finish_reason": "length"}})
     assert ok.token_ids == (7,) and ok.finish_reason is FinishReason.LENGTH
-    assert ok.prefix_cache == PrefixCache(0, 0)  # counts absent: none
+    assert ok.prefix_cache == PrefixCacheCounts(0, 0)  # counts absent: none
 
 
 def test_an_answer_carries_sglangs_prefix_cache_counts():
     answer = parse_sglang_response({"meta_info": {
         "output_token_logprobs": [[-0.5, 7, None]], "finish_reason": {"type": "stop"},
         "prompt_tokens": 40, "cached_tokens": 32}})
-    assert answer.prefix_cache == PrefixCache(prompt_tokens=40, cached_tokens=32)
+    assert answer.prefix_cache == PrefixCacheCounts(prompt_tokens=40, cached_tokens=32)
 
 
 def test_refused_connection_is_retried_then_reported():

@@ -48,7 +48,7 @@ from slime_fixtures import (
 
 from evolving_rl import slime_hooks
 from evolving_rl.core.roles import Role
-from evolving_rl.core.samples import PrefixCache, TrainSample
+from evolving_rl.core.samples import PrefixCacheCounts, TrainSample
 from evolving_rl.slime_bridge.samples import to_slime_sample
 from evolving_rl.slime_bridge.settings import HOOK_PATHS, HOOKS_MODULE
 from evolving_rl.slime_bridge.train_data import ROLE_CHANNEL_KEY
@@ -148,7 +148,7 @@ def test_sglangs_prefix_cache_counts_reach_slimes_hit_rate():
         role=Role.SOLVER, prompt_ids=[1, 2], response_ids=[3, 4], loss_mask=[1, 1],
         log_probs=[-0.5, -0.5], reward=0.0, group_id="g", prefix_cache=cache),
         Sample, index=i, group_index=0)
-        for i, cache in enumerate([PrefixCache(120, 90), PrefixCache(80, 10)])]
+        for i, cache in enumerate([PrefixCacheCounts(120, 90), PrefixCacheCounts(80, 10)])]
     assert (samples[0].prefix_cache_info.total_prompt_tokens,
             samples[0].prefix_cache_info.cached_tokens) == (120, 90)
     assert hit_rate(None, samples) == {"prefix_cache_hit_rate": 0.5,

@@ -4,7 +4,7 @@ Owns `SamplingParams`, `Generation` and the `PolicyClient` protocol the episode 
 plus `SGLangPolicyClient`, which posts token ids to SGLang's `/generate` with
 `return_logprob: true` and reads the sampled ids and log-probs back from
 `meta_info.output_token_logprobs` ([logprob, token id, text] per token) with the answer's
-prefix-cache counts (`prompt_tokens`, `cached_tokens`: `PrefixCache`), and scores given ids
+prefix-cache counts (`prompt_tokens`, `cached_tokens`: `PrefixCacheCounts`), and scores given ids
 without sampling (`score`, "Scoring" below). Nothing is ever re-tokenised. Every request carries
 its own `rid`; when the calling task is cancelled (an episode aborted) or times out, the client
 aborts that `rid` on SGLang so it stops generating for nobody.
@@ -68,7 +68,7 @@ from evolving_rl.clients.http import (
 )
 from evolving_rl.config.schema import ClientConfig, SamplingConfig
 from evolving_rl.core.nucleus import Nucleus, nucleus_problem
-from evolving_rl.core.samples import PrefixCache
+from evolving_rl.core.samples import PrefixCacheCounts
 from evolving_rl.core.strenum import StrEnum
 
 logger = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ class Generation:
     log_probs: tuple[float, ...]
     finish_reason: FinishReason
     nucleus: Nucleus | None = None
-    prefix_cache: PrefixCache = PrefixCache()
+    prefix_cache: PrefixCacheCounts = PrefixCacheCounts()
 
     def __post_init__(self) -> None:
         if len(self.token_ids) != len(self.log_probs):
@@ -214,7 +214,7 @@ def parse_sglang_response(data: dict[str, Any], nucleus_required: bool = False) 
     except ValueError:
         raise PolicyError(f"unknown finish_reason {finish!r}") from None
     nucleus = parse_nucleus(meta, len(token_ids))
-    cache = PrefixCache(_count(meta, "prompt_tokens"), _count(meta, "cached_tokens"))
+    cache = PrefixCacheCounts(_count(meta, "prompt_tokens"), _count(meta, "cached_tokens"))
     if nucleus is None and nucleus_required and token_ids and reason is not FinishReason.ABORT:
         raise PolicyError(
             "SGLang returned no top_p_token_ids although custom_params.return_top_p_token_ids "

@@ -34,7 +34,7 @@ class SampleStatus(StrEnum):
 
 
 @dataclass(frozen=True)
-class PrefixCache:
+class PrefixCacheCounts:
     """SGLang's prefix-cache counts over generation calls: the prompt tokens sent and how many of
     them its radix cache served (`meta_info.prompt_tokens` / `cached_tokens` of each answer). slime
     sums them into `rollout/prefix_cache_hit_rate` (slime/observability/rollout_metrics.py:202)."""
@@ -42,8 +42,8 @@ class PrefixCache:
     prompt_tokens: int = 0
     cached_tokens: int = 0
 
-    def __add__(self, other: PrefixCache) -> PrefixCache:
-        return PrefixCache(self.prompt_tokens + other.prompt_tokens,
+    def __add__(self, other: PrefixCacheCounts) -> PrefixCacheCounts:
+        return PrefixCacheCounts(self.prompt_tokens + other.prompt_tokens,
                            self.cached_tokens + other.cached_tokens)
 
 
@@ -70,7 +70,7 @@ class TrainSample:
     metadata: dict[str, Any] = field(default_factory=dict)
     nucleus: Nucleus | None = None
     teacher_log_probs: list[float] | None = None
-    prefix_cache: PrefixCache = PrefixCache()
+    prefix_cache: PrefixCacheCounts = PrefixCacheCounts()
 
     def __post_init__(self) -> None:
         n = len(self.response_ids)

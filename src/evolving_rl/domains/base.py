@@ -21,7 +21,7 @@ from evolving_rl.clients.tokenizer import Message
 from evolving_rl.config.schema import Config
 from evolving_rl.core.nucleus import Nucleus, NucleusBuilder
 from evolving_rl.core.roles import Role
-from evolving_rl.core.samples import PrefixCache, SampleStatus, TrainSample
+from evolving_rl.core.samples import PrefixCacheCounts, SampleStatus, TrainSample
 from evolving_rl.core.skill import SkillFormat
 
 
@@ -98,7 +98,7 @@ class EpisodeTrace:
     turns: list[Turn] = field(default_factory=list)
     top_p_spans: NucleusBuilder | None = None
     steps: list[EpisodeTrace] = field(default_factory=list)
-    prefix_cache: PrefixCache = PrefixCache()
+    prefix_cache: PrefixCacheCounts = PrefixCacheCounts()
 
     def add_observation(self, token_ids: Sequence[int]) -> None:
         self.response_ids.extend(token_ids)
@@ -109,7 +109,7 @@ class EpisodeTrace:
 
     def add_generation(self, token_ids: Sequence[int], log_probs: Sequence[float],
                        nucleus: Nucleus | None = None,
-                       prefix_cache: PrefixCache | None = None) -> None:
+                       prefix_cache: PrefixCacheCounts | None = None) -> None:
         if self.n_generated and (nucleus is None) != (self.top_p_spans is None):
             raise ValueError("every generation of an episode carries a nucleus, or none does")
         if nucleus is not None:
