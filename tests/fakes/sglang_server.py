@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -129,14 +130,8 @@ class FakeSGLang:
     def _cache_hit(self, prompt: list[int], ids: list[int]) -> int:
         """The longest prefix of `prompt` an earlier request left in the cache; then cache this
         request's prompt and reply."""
-        hit = 0
-        for seen in self._cached:
-            n = 0
-            for a, b in zip(prompt, seen, strict=False):
-                if a != b:
-                    break
-                n += 1
-            hit = max(hit, n)
+        hit = max((len(os.path.commonprefix([prompt, seen])) for seen in self._cached),
+                  default=0)
         self._cached.append(prompt + ids)
         return hit
 

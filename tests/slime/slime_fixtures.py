@@ -81,8 +81,6 @@ class StandInPrefixCacheInfo:
 class StandInSample:
     """Fields of slime's `Sample` at the pinned commit (names, order, defaults)."""
 
-    PrefixCacheInfo = StandInPrefixCacheInfo
-
     class Status(Enum):
         PENDING = "pending"
         COMPLETED = "completed"

@@ -102,9 +102,15 @@ def test_hook_paths_name_our_functions():
         assert module == HOOKS_MODULE and callable(getattr(slime_hooks, name))
 
 
+def _definition(source: str, name: str) -> ast.ClassDef | ast.FunctionDef:
+    """The class or function `name` defined in `source` (nested definitions included)."""
+    return next(node for node in ast.walk(ast.parse(source))
+                if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name == name)
+
+
 def _dataclass_fields(source: str, class_name: str) -> list[str]:
-    cls = next(node for node in ast.walk(ast.parse(source))
-               if isinstance(node, ast.ClassDef) and node.name == class_name)
+    cls = _definition(source, class_name)
+    assert isinstance(cls, ast.ClassDef), class_name
     return [stmt.target.id for stmt in cls.body
             if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)]
 
@@ -124,8 +130,7 @@ def test_standins_mirror_pinned_slime_fields():
 
 def _upstream_definition(path: str, name: str, namespace: dict) -> object:
     """Class or function `name` of slime's `path` at the pin, run from its source in `namespace`."""
-    node = next(node for node in ast.walk(ast.parse(slime_file(path)))
-                if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name == name)
+    node = _definition(slime_file(path), name)
     exec(compile(ast.Module([node], []), path, "exec"), namespace)
     return namespace[name]
 
