@@ -9,25 +9,24 @@
 #   SLIME_DIR [<repo>/slime]  MEGATRON_DIR [/root/Megatron-LM]
 #   MODEL_DIR [<repo>/models/Qwen2.5-7B-Instruct]  REF_DIR [$MODEL_DIR_torch_dist]
 #   MODEL_ARGS_NAME [qwen2.5-7B] (slime's scripts/models/<name>.sh)  SAVE_DIR [$RUN_DIR/checkpoints]
-#   NUM_GPUS [8]  TP_SIZE [2]  ROLLOUT_GPUS_PER_ENGINE [$TP_SIZE]  PROMPTS_PER_ROLLOUT [16]
+#   NUM_GPUS [8]  TP_SIZE [2]  ROLLOUT_GPUS_PER_ENGINE [$TP_SIZE]
 #   MAX_TOKENS_PER_GPU [20480]  SGLANG_MEM_FRACTION [0.7]  RAY_PORT [6379]
 #   RAY_DASHBOARD_PORT [8265]  RAY_READY_TIMEOUT_S [60] (the wait for Ray's job API)
 #   TENSORBOARD_DIR [$RUN_DIR/tensorboard] (slime's --use-tensorboard)  PYTHON [python3]
+#   CONFIG_SET [] "key=value ..." overrides of the config for this run (pipeline.method=...)
+#   SLIME_LAUNCH_DRY_RUN [] a folder: start nothing, write slime's argument list there
 # One GPU: configs/alfworld_1gpu.yaml's header has the profile (what ran: docs/results/
 # 2026-12-03-slime-one-gpu.md).
-# Read from the config, never given twice: --rollout-top-p (sampling.solver.top_p, which the
-# hooks require equal to the extractor's) and the --entropy-coef switch (1 when a role has an
-# entropy term, else slime's default 0).
-#
-# slime flags that matter beyond the obvious (the hooks' check_slime_args refuses them otherwise):
-#   --num-steps-per-rollout 1     global batch = the rollout's source tasks: one optimiser step per
-#                                 rollout in slime's LR schedule and step counter, as our convert
-#                                 hook trains
-#   --use-dynamic-batch-size      the sample count varies per rollout; static micro-batches fail
-#                                 when it is not a multiple of their layout (e.g. 11 samples, DP 2)
-#   --entropy-coef 1              a switch only: slime detaches the entropy when it is 0, which
-#                                 would silently drop a per-role entropy term (ALFWorld's extractor
-#                                 -0.03); with our custom loss slime uses the value for nothing else
+# One source for slime's flags: everything the config or our hooks decide (the hook paths, loss
+# type, batch size = pipeline.source_tasks_per_rollout, rollout temperature and top-p, clip range,
+# lr, Adam betas, weight decay, grad clip, the --entropy-coef switch, --use-kl-loss) comes from
+# `python -m evolving_rl.slime_bridge.args --config CONFIG` (src/evolving_rl/slime_bridge/
+# settings.py: config_flags, where each flag's reason is). This script keeps only paths,
+# processes and the caller's extra flags; an extra flag that contradicts the config (e.g. --lr
+# 1e-5 while loss.lr is 1e-6) is refused before anything starts. --kl-loss-coef is not given:
+# slime reads it only in its own loss, our loss takes the per-role loss.kl_coef.
+# Checkpoints: every SAVE_INTERVAL rollouts, except that a launch with --check-weight-update-equal
+# saves nothing unless its extra flags give --save-interval (one such launch wrote 8.2 GiB).
 #   --eval-temperature 0 ...      slime's own eval defaults, greedy as the reference's; our eval
 #                                 protocol samples with the config's sampling.eval_* settings
 # No --rollout-max-response-len: the pipeline sends each role's max_new_tokens from our config;
@@ -74,7 +73,6 @@ PREPARED_DIR="$(realpath -m "$PREPARED_DIR")"
 NUM_GPUS="${NUM_GPUS:-8}"
 TP_SIZE="${TP_SIZE:-2}"
 ROLLOUT_GPUS_PER_ENGINE="${ROLLOUT_GPUS_PER_ENGINE:-$TP_SIZE}"
-PROMPTS_PER_ROLLOUT="${PROMPTS_PER_ROLLOUT:-16}"
 MAX_TOKENS_PER_GPU="${MAX_TOKENS_PER_GPU:-20480}"
 SGLANG_MEM_FRACTION="${SGLANG_MEM_FRACTION:-0.7}"
 RAY_PORT="${RAY_PORT:-6379}"
@@ -83,41 +81,53 @@ PYTHON="${PYTHON:-python3}"
 HOOKS=evolving_rl.slime_hooks
 
 die() { echo "$(basename "$0"): $*" >&2; exit 2; }
+[ -z "${PROMPTS_PER_ROLLOUT:-}" ] || die "PROMPTS_PER_ROLLOUT is gone: the config's" \
+    "pipeline.source_tasks_per_rollout is slime's --rollout-batch-size"
+# SLIME_LAUNCH_DRY_RUN=DIR: check and build everything, start nothing: a missing prerequisite is
+# a warning, the run's config copy and slime's custom config go to DIR, and slime's full train.py
+# argument list is written to DIR/train_argv (NUL-separated) for slime's own parser
+# (python -m evolving_rl.slime_bridge.validate; scripts/slime_1gpu.sh --dry-run runs both).
+DRY_RUN_DIR="${SLIME_LAUNCH_DRY_RUN:+$(realpath -m "$SLIME_LAUNCH_DRY_RUN")}"
+need() {  # need PATH [HOW]: a prerequisite; missing, the launch stops (a dry run warns)
+    [ -e "$1" ] && return 0
+    [ -n "$DRY_RUN_DIR" ] && { echo "$(basename "$0"): dry run: missing $1${2:+ ($2)}" >&2; return 0; }
+    die "missing $1 (${2:-see the prerequisites at the top of this script})"
+}
 # slime checks that --ref-load exists even under --debug-rollout-only, which loads no Megatron
 # model (slime/utils/arguments.py:1776-1777): a rollout-only run may name any existing folder.
-for path in "$CONFIG" "$SLIME_DIR/train.py" "$SLIME_DIR/scripts/models/$MODEL_ARGS_NAME.sh" \
-            "$MODEL_DIR" "$REF_DIR" "$PREPARED_DIR/$TRAIN_SPLIT.jsonl"; do
-    [ -e "$path" ] || die "missing $path (see the prerequisites at the top of this script)"
-done
+need "$CONFIG"
+need "$SLIME_DIR/train.py" "slime's source: git submodule update --init slime"
+need "$SLIME_DIR/scripts/models/$MODEL_ARGS_NAME.sh" "slime's model-args script"
+for path in "$MODEL_DIR" "$REF_DIR" "$PREPARED_DIR/$TRAIN_SPLIT.jsonl"; do need "$path"; done
 EVAL_DATA=()
 for split in $EVAL_SPLITS; do
-    [ -e "$PREPARED_DIR/$split.jsonl" ] || die "missing $PREPARED_DIR/$split.jsonl"
+    need "$PREPARED_DIR/$split.jsonl"
     EVAL_DATA+=("$split" "$PREPARED_DIR/$split.jsonl")
 done
 cd "$ROOT" || exit 2
 export PYTHONPATH="$ROOT:$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 
-# --- what the config decides ----------------------------------------------------------------
-# slime samples at one top-p and, below 1, replays each token's nucleus in the loss: the config's
-# sampling.solver.top_p (= extractor's; the hooks check both).
-ROLLOUT_TOP_P="$("$PYTHON" -c 'import sys; from evolving_rl.config import load_config
-print(load_config(sys.argv[1]).sampling.solver.top_p)' "$CONFIG")"
-# 1 when a role has an entropy term (the switch that keeps slime's entropy differentiable).
-ENTROPY_SWITCH="$("$PYTHON" -c 'import sys; from evolving_rl.config import load_config
-from evolving_rl.slime_bridge.settings import role_coefficients as coefficients
-print(int(any(c.entropy != 0 for c in coefficients(load_config(sys.argv[1])).values())))' \
-    "$CONFIG")"
+# --- what the config decides (one token a line; exit 2 names a contradicting extra flag) -----
+# CONFIG_SET="key=value ...": overrides of the config for this run (e.g. pipeline.method=grpo_baseline),
+# applied to the run's copy and to the flags alike.
+CONFIG_OVERRIDES=()
+for override in ${CONFIG_SET:-}; do CONFIG_OVERRIDES+=(--set "$override"); done
+CONFIG_FLAGS_TEXT="$("$PYTHON" -m evolving_rl.slime_bridge.args --config "$CONFIG" \
+    "${CONFIG_OVERRIDES[@]}" --save-dir "$SAVE_DIR" --save-interval "$SAVE_INTERVAL" -- "$@")" || exit 2
+mapfile -t CONFIG_FLAGS <<< "$CONFIG_FLAGS_TEXT"
 RETRIEVAL_CACHE="$("$PYTHON" -c 'import sys; from evolving_rl.config import load_config
 print(load_config(sys.argv[1]).retrieval.cache_path)' "$CONFIG")"
-[ -e "$RETRIEVAL_CACHE" ] || die "missing the retrieval cache $RETRIEVAL_CACHE" \
-    "(retrieval.cache_path; scripts/*/build_cache.sh --config $CONFIG builds it)"
-command -v ray >/dev/null || die "missing the ray command (the slime image has it)"
-# The stack slime at the pin was built with (src/evolving_rl/slime_bridge/stack.py): top-p replay
-# needs slime's fork of sglang-router; other SGLang / Megatron-LM versions get a loud warning.
-"$PYTHON" -m evolving_rl.slime_bridge.stack --config "$CONFIG" --megatron-dir "$MEGATRON_DIR" \
-    || die "this environment cannot run the config's top-p replay (see above)"
-mkdir -p "$RUN_DIR"
+need "$RETRIEVAL_CACHE" "retrieval.cache_path; scripts/*/build_cache.sh --config $CONFIG builds it"
+if [ -z "$DRY_RUN_DIR" ]; then
+    command -v ray >/dev/null || die "missing the ray command (the slime image has it)"
+    # The stack slime at the pin was built with (src/evolving_rl/slime_bridge/stack.py): top-p
+    # replay needs slime's fork of sglang-router; other SGLang / Megatron-LM versions: a warning.
+    "$PYTHON" -m evolving_rl.slime_bridge.stack --config "$CONFIG" --megatron-dir "$MEGATRON_DIR" \
+        || die "this environment cannot run the config's top-p replay (see above)"
+fi
+STATE_DIR="${DRY_RUN_DIR:-$RUN_DIR}"
+mkdir -p "$STATE_DIR"
 # The run reads its own copy of the config (the job through --custom-config-path, the servers'
 # start and stop): editing or removing the original mid-run changes nothing, and the run records
 # what it ran with. A removed original once left the servers running: their stop could not read
@@ -126,10 +136,60 @@ mkdir -p "$RUN_DIR"
 # skill library: two runs of one config with other RUN_DIRs once appended to one library.
 "$PYTHON" -c 'import json, sys, yaml
 from evolving_rl.config import load_config, to_dict
-cfg = load_config(sys.argv[1], ["run.output_dir=" + json.dumps(sys.argv[2])])
+cfg = load_config(sys.argv[1], [*sys.argv[4:], "run.output_dir=" + json.dumps(sys.argv[2])])
 text = yaml.safe_dump(to_dict(cfg), sort_keys=False)
-open(sys.argv[3], "w", encoding="utf-8").write(text)' "$CONFIG" "$RUN_DIR" "$RUN_DIR/config.yaml"
-CONFIG="$RUN_DIR/config.yaml"
+open(sys.argv[3], "w", encoding="utf-8").write(text)' "$CONFIG" "$RUN_DIR" "$STATE_DIR/config.yaml" \
+    ${CONFIG_SET:-}
+CONFIG="$STATE_DIR/config.yaml"
+
+# --- slime arguments ------------------------------------------------------------------------
+# Our options travel in one YAML key (slime ignores unknown flags; the hooks validate it).
+CUSTOM_CONFIG="$STATE_DIR/slime_custom_config.yaml"
+"$PYTHON" -c 'import json, sys; print(json.dumps({"evolving_rl_config": sys.argv[1]}))' \
+    "$CONFIG" > "$CUSTOM_CONFIG"
+MODEL_ARGS=()
+# shellcheck source=/dev/null
+[ -e "$SLIME_DIR/scripts/models/$MODEL_ARGS_NAME.sh" ] &&
+    source "$SLIME_DIR/scripts/models/$MODEL_ARGS_NAME.sh"  # defines MODEL_ARGS
+CLUSTER_ARGS=(--actor-num-nodes 1 --actor-num-gpus-per-node "$NUM_GPUS" --colocate)
+CKPT_ARGS=(--hf-checkpoint "$MODEL_DIR" --ref-load "$REF_DIR" --load "$SAVE_DIR")
+HOOK_ARGS=(--custom-reward-post-process-path "$HOOKS.post_process_rewards"
+           --custom-config-path "$CUSTOM_CONFIG")
+# One source task per data-source sample; the pipeline expands it into its N x K x R samples.
+ROLLOUT_ARGS=(--prompt-data "$PREPARED_DIR/$TRAIN_SPLIT.jsonl" --input-key prompt --label-key id
+              --metadata-key metadata --rollout-shuffle --num-rollout "$NUM_ROLLOUT")
+EVAL_ARGS=(--eval-interval "$EVAL_INTERVAL" --eval-prompt-data "${EVAL_DATA[@]}"
+           --eval-temperature 0 --eval-top-p 1.0 --eval-max-response-len 4096)
+# The reference's optimiser and schedule; its values (lr, betas, ...) are the config's.
+OPTIMIZER_ARGS=(--optimizer adam --lr-decay-style constant)
+PERF_ARGS=(--tensor-model-parallel-size "$TP_SIZE" --sequence-parallel
+           --pipeline-model-parallel-size 1 --context-parallel-size 1
+           --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
+           --max-tokens-per-gpu "$MAX_TOKENS_PER_GPU")
+SGLANG_ARGS=(--rollout-num-gpus-per-engine "$ROLLOUT_GPUS_PER_ENGINE"
+             --sglang-mem-fraction-static "$SGLANG_MEM_FRACTION")
+MISC_ARGS=(--attention-dropout 0.0 --hidden-dropout 0.0 --accumulate-allreduce-grads-in-fp32
+           --attention-softmax-in-fp32 --attention-backend flash)
+
+# The job's PYTHONPATH: Megatron-LM, slime, this repo and the caller's PYTHONPATH (e.g. a `pip
+# --target` overlay of the slime wheelhouse). TENSORBOARD_DIR: where slime's --use-tensorboard
+# writes (slime/observability/tensorboard_utils.py:44); unset, it is a path relative to the Ray
+# job's working directory, which a one-GPU run on 2026-12-03 never found again.
+RUNTIME_ENV_JSON="$("$PYTHON" -c 'import json, sys
+print(json.dumps({"env_vars": {"PYTHONPATH": sys.argv[1], "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+                               "PYTHONUNBUFFERED": "1", "TENSORBOARD_DIR": sys.argv[2]}}))' \
+    "$MEGATRON_DIR:$SLIME_DIR:$PYTHONPATH" "${TENSORBOARD_DIR:-$RUN_DIR/tensorboard}")"
+
+TRAIN_ARGV=(python3 "$SLIME_DIR/train.py"
+    "${CLUSTER_ARGS[@]}" "${MODEL_ARGS[@]}" "${CKPT_ARGS[@]}" "${HOOK_ARGS[@]}"
+    "${CONFIG_FLAGS[@]}" "${ROLLOUT_ARGS[@]}" "${EVAL_ARGS[@]}" "${OPTIMIZER_ARGS[@]}"
+    "${PERF_ARGS[@]}" "${SGLANG_ARGS[@]}" "${MISC_ARGS[@]}" "$@")
+if [ -n "$DRY_RUN_DIR" ]; then
+    printf '%s\0' "${TRAIN_ARGV[@]:2}" > "$DRY_RUN_DIR/train_argv"
+    printf '%s\n' "$RUNTIME_ENV_JSON" > "$DRY_RUN_DIR/runtime_env.json"
+    echo "$(basename "$0"): dry run: slime's arguments in $DRY_RUN_DIR/train_argv; nothing started"
+    exit 0
+fi
 
 # --- cleanup: only what this script started, newest first -----------------------------------
 ENV_STARTED=0 RETRIEVAL_STARTED=0 RAY_STARTED=0 JOB_ID="" SUBMIT_PID=""
@@ -172,66 +232,9 @@ done
 [ "$ready" = 1 ] || die "Ray's job API at 127.0.0.1:$RAY_DASHBOARD_PORT never answered: is ray" \
     "installed with its default extra (pip install 'ray[default]')?"
 
-# --- slime arguments ------------------------------------------------------------------------
-# Our options travel in one YAML key (slime ignores unknown flags; the hooks validate it).
-CUSTOM_CONFIG="$RUN_DIR/slime_custom_config.yaml"
-"$PYTHON" -c 'import json, sys; print(json.dumps({"evolving_rl_config": sys.argv[1]}))' \
-    "$CONFIG" > "$CUSTOM_CONFIG"
-# shellcheck source=/dev/null
-source "$SLIME_DIR/scripts/models/$MODEL_ARGS_NAME.sh"  # defines MODEL_ARGS
-
-CLUSTER_ARGS=(--actor-num-nodes 1 --actor-num-gpus-per-node "$NUM_GPUS" --colocate)
-CKPT_ARGS=(--hf-checkpoint "$MODEL_DIR" --ref-load "$REF_DIR" --load "$SAVE_DIR"
-           --save "$SAVE_DIR" --save-interval "$SAVE_INTERVAL")
-HOOK_ARGS=(
-    --rollout-function-path "$HOOKS.generate_rollout"
-    --custom-convert-samples-to-train-data-path "$HOOKS.convert_samples_to_train_data"
-    --custom-reward-post-process-path "$HOOKS.post_process_rewards"
-    --custom-rollout-log-function-path "$HOOKS.log_rollout"
-    --custom-eval-rollout-log-function-path "$HOOKS.log_eval_rollout"
-    --loss-type custom_loss --custom-loss-function-path "$HOOKS.policy_loss"
-    --custom-config-path "$CUSTOM_CONFIG"
-)
-# One source task per data-source sample; the pipeline expands it into its N x K x R samples.
-ROLLOUT_ARGS=(--prompt-data "$PREPARED_DIR/$TRAIN_SPLIT.jsonl" --input-key prompt --label-key id
-              --metadata-key metadata --rollout-shuffle --num-rollout "$NUM_ROLLOUT"
-              --rollout-batch-size "$PROMPTS_PER_ROLLOUT" --n-samples-per-prompt 1
-              --num-steps-per-rollout 1 --rollout-temperature 1.0 --rollout-top-p "$ROLLOUT_TOP_P")
-EVAL_ARGS=(--eval-interval "$EVAL_INTERVAL" --eval-prompt-data "${EVAL_DATA[@]}"
-           --eval-temperature 0 --eval-top-p 1.0 --eval-max-response-len 4096)
-# The loss reads clip range and per-role KL/entropy from our config; the hooks refuse values here
-# that disagree with it. --use-kl-loss makes slime compute reference log-probs; --entropy-coef
-# only keeps slime's entropy differentiable (see the header).
-LOSS_ARGS=(--advantage-estimator grpo --use-kl-loss --kl-loss-coef 0.01 --kl-loss-type low_var_kl
-           --eps-clip 0.1 --eps-clip-high 0.15 --calculate-per-token-loss
-           --entropy-coef "$ENTROPY_SWITCH")
-OPTIMIZER_ARGS=(--optimizer adam --lr 1e-6 --lr-decay-style constant --weight-decay 0.1
-                --adam-beta1 0.9 --adam-beta2 0.98 --clip-grad 1.0)
-PERF_ARGS=(--tensor-model-parallel-size "$TP_SIZE" --sequence-parallel
-           --pipeline-model-parallel-size 1 --context-parallel-size 1
-           --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
-           --use-dynamic-batch-size --max-tokens-per-gpu "$MAX_TOKENS_PER_GPU")
-SGLANG_ARGS=(--rollout-num-gpus-per-engine "$ROLLOUT_GPUS_PER_ENGINE"
-             --sglang-mem-fraction-static "$SGLANG_MEM_FRACTION")
-MISC_ARGS=(--attention-dropout 0.0 --hidden-dropout 0.0 --accumulate-allreduce-grads-in-fp32
-           --attention-softmax-in-fp32 --attention-backend flash)
-
-# The job's PYTHONPATH: Megatron-LM, slime, this repo and the caller's PYTHONPATH (e.g. a `pip
-# --target` overlay of the slime wheelhouse). TENSORBOARD_DIR: where slime's --use-tensorboard
-# writes (slime/observability/tensorboard_utils.py:44); unset, it is a path relative to the Ray
-# job's working directory, which a one-GPU run on 2026-12-03 never found again.
-RUNTIME_ENV_JSON="$("$PYTHON" -c 'import json, sys
-print(json.dumps({"env_vars": {"PYTHONPATH": sys.argv[1], "CUDA_DEVICE_MAX_CONNECTIONS": "1",
-                               "PYTHONUNBUFFERED": "1", "TENSORBOARD_DIR": sys.argv[2]}}))' \
-    "$MEGATRON_DIR:$SLIME_DIR:$PYTHONPATH" "${TENSORBOARD_DIR:-$RUN_DIR/tensorboard}")"
-
 # --- the job --------------------------------------------------------------------------------
 JOB_ID="evolving_rl_${RUN_NAME}_$(date +%Y%m%d_%H%M%S)_$$"
 ray job submit --address "http://127.0.0.1:$RAY_DASHBOARD_PORT" --submission-id "$JOB_ID" \
-    --runtime-env-json "$RUNTIME_ENV_JSON" -- \
-    python3 "$SLIME_DIR/train.py" \
-    "${CLUSTER_ARGS[@]}" "${MODEL_ARGS[@]}" "${CKPT_ARGS[@]}" "${HOOK_ARGS[@]}" \
-    "${ROLLOUT_ARGS[@]}" "${EVAL_ARGS[@]}" "${LOSS_ARGS[@]}" "${OPTIMIZER_ARGS[@]}" \
-    "${PERF_ARGS[@]}" "${SGLANG_ARGS[@]}" "${MISC_ARGS[@]}" "$@" &
+    --runtime-env-json "$RUNTIME_ENV_JSON" -- "${TRAIN_ARGV[@]}" &
 SUBMIT_PID=$!
 wait "$SUBMIT_PID"  # `wait` returns at once on Ctrl-C, so the trap runs promptly

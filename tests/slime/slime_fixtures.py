@@ -13,7 +13,7 @@ slime's per-token log-probs and entropies are replaced in loss tests by stand-in
 slime's rule for the entropy gradient: differentiable only when `args.entropy_coef` != 0
 (slime/backends/megatron_utils/loss.py:551, else `mark_non_differentiable`,
 slime/utils/ppo_utils.py:277-278). `launcher_args` is what slime's parser makes of a train
-script (scripts/alfworld/train_alfworld.sh by default, or scripts/web/train_web.sh) with its
+script (its flag arrays and the config's flags, `config_tokens`) (scripts/alfworld/train_alfworld.sh by default, or scripts/web/train_web.sh) with its
 default config; `launch_text` is a script with the shared launch it sources
 (scripts/lib/slime_launch.sh).
 """
@@ -25,7 +25,6 @@ import importlib.util
 import math
 import os
 import re
-import subprocess
 import sys
 import types
 from argparse import Namespace
@@ -42,7 +41,9 @@ from evolving_rl.core.nucleus import Nucleus, NucleusBuilder
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import SampleStatus, TrainSample
 from evolving_rl.slime_bridge import runtime, slime_api
-from evolving_rl.slime_bridge.settings import HOOK_PATHS, HOOKS_MODULE
+from evolving_rl.config import load_config
+from evolving_rl.slime_bridge.args import save_flags
+from evolving_rl.slime_bridge.settings import HOOK_PATHS, HOOKS_MODULE, config_flags
 from tests import upstream
 
 
@@ -459,16 +460,12 @@ def script_defaults(text: str) -> dict[str, str]:
     return dict(re.findall(r'^(\w+)="\$\{\1:-([^}]*)\}"', text, flags=re.M))
 
 
-COMPUTED = ("ROLLOUT_TOP_P", "ENTROPY_SWITCH")  # flag values the launch reads from the config
-
-
-def _computed(text: str, name: str, config: Path) -> str:
-    """The value the script's `NAME="$(...)"` line computes for `config`."""
-    line = re.search(rf'^{name}="\$\(.*?\)"$', text, flags=re.S | re.M).group(0)
-    env = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "CONFIG": str(config),
-           "PYTHONPATH": f"{ROOT}:{ROOT / 'src'}"}
-    return subprocess.run(["bash", "-c", f'{line}\nprintf %s "${name}"'], env=env, check=True,
-                          capture_output=True, text=True).stdout
+def config_tokens(config: Path, values: dict[str, str]) -> list[str]:
+    """What `python -m evolving_rl.slime_bridge.args` prints for `config` in the launch, with the
+    script's save interval and no extra flags (tests/slime/test_slime_args.py runs the module)."""
+    flags = config_flags(load_config(config))
+    return [token for flag in flags for token in flag.argv()] + \
+        save_flags("$SAVE_DIR", values["SAVE_INTERVAL"], [])
 
 
 def _set_flags(args: Namespace, tokens: list[str], values: dict[str, str]) -> None:
@@ -506,9 +503,8 @@ def launcher_args(script: Path = TRAIN_SCRIPT, config: Path | None = None) -> Na
     """slime's args from `script` run with `config` (default: the script's own) and its defaults."""
     text = launch_text(script)
     config = config or default_config(script)
-    values = {**script_defaults(text), "HOOKS": HOOKS_MODULE,
-              **{name: _computed(text, name, config) for name in COMPUTED}}
+    values = {**script_defaults(text), "HOOKS": HOOKS_MODULE}
     args = Namespace(**SLIME_DEFAULTS)
-    for tokens in script_arrays(text).values():
+    for tokens in [*script_arrays(text).values(), config_tokens(config, values)]:
         _set_flags(args, tokens, values)
     return _slime_derivations(args)

@@ -33,6 +33,7 @@ from slime_fixtures import (
     ROOT,
     SLIME_DEFAULTS,
     TRAIN_SCRIPTS,
+    config_tokens,
     default_config,
     launch_text,
     launcher_args,
@@ -91,10 +92,13 @@ def _known_flags() -> set[str]:
 
 @pytest.mark.parametrize("script", TRAIN_SCRIPTS, **SCRIPT_IDS)
 def test_every_flag_given_to_slime_exists_at_the_pin(script):
-    arrays = script_arrays(launch_text(script))
-    assert {"HOOK_ARGS", "LOSS_ARGS", "OPTIMIZER_ARGS", "ROLLOUT_ARGS"} <= set(arrays)
+    text = launch_text(script)
+    arrays = script_arrays(text)
+    assert {"HOOK_ARGS", "OPTIMIZER_ARGS", "ROLLOUT_ARGS"} <= set(arrays)
     known = _known_flags()
-    given = {t for tokens in arrays.values() for t in tokens if FLAG.fullmatch(t)}
+    tokens = [*(t for ts in arrays.values() for t in ts),
+              *config_tokens(default_config(script), script_defaults(text))]
+    given = {t for t in tokens if FLAG.fullmatch(t)}
     unknown = sorted(f for f in given if f not in known and not f.startswith("--sglang-"))
     assert not unknown, f"flags slime does not know at the pin: {unknown}"
 
@@ -102,8 +106,8 @@ def test_every_flag_given_to_slime_exists_at_the_pin(script):
 @pytest.mark.parametrize("script", TRAIN_SCRIPTS, **SCRIPT_IDS)
 def test_every_array_reaches_train_py(script):
     text = launch_text(script)
-    command = text[text.index('train.py"'):]
-    for name in script_arrays(text):
+    command = text[text.index('TRAIN_ARGV=(python3 "$SLIME_DIR/train.py"'):]
+    for name in [*script_arrays(text), "CONFIG_FLAGS"]:
         assert f'"${{{name}[@]}}"' in command, name
 
 

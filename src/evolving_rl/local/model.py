@@ -29,6 +29,7 @@ so an interrupted conversion never leaves a half folder that looks done.
 
 from __future__ import annotations
 
+import argparse
 import copy
 import hashlib
 import importlib.util
@@ -249,3 +250,19 @@ def _freeze(model: torch.nn.Module) -> torch.nn.Module:
     model.eval()
     model.requires_grad_(False)
     return model
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m evolving_rl.local.model --convert NAME`: the one-time GGUF -> HF conversion
+    outside a job (the slime recipe's model step); prints the HF folder."""
+    parser = argparse.ArgumentParser(prog="python -m evolving_rl.local.model",
+                                     description=main.__doc__)
+    parser.add_argument("--convert", required=True, choices=sorted(GGUF_MODELS))
+    parser.add_argument("--models-dir", default="models")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    print(resolve_model_path(args.convert, args.models_dir))
+
+
+if __name__ == "__main__":
+    main()

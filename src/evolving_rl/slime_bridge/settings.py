@@ -5,7 +5,8 @@ slime silently ignores unknown CLI flags, so our options never travel as flags. 
 key, `evolving_rl_config: <path of our config YAML>`, validated here with `load_config`. A missing
 key or an invalid config raises `ConfigError`.
 
-`check_slime_args` then refuses a slime command line that would silently break our contract
+`config_flags` is the one source of the slime flags our side decides: the launch prints them
+(`python -m evolving_rl.slime_bridge.args`), and `check_slime_args` then refuses a slime command line that would silently break our contract
 (advantages renormalised, the role channel overwritten, a different clip range or optimiser
 than our config, per-rollout instead of token-level mean, ...). It raises `SlimeArgsError` with
 every problem at once. Two of its rules guard slime behaviour that fails silently or late (slime
@@ -85,42 +86,93 @@ def role_coefficients(config: Config) -> dict[Role, LossCoefficients]:
             for role in Role}
 
 
-def _expected_args(config: Config) -> list[tuple[str, object, str]]:
-    """(slime attribute, required value, why) for every arg the hooks rely on."""
-    loss, sampling = config.loss, config.sampling
+@dataclass(frozen=True)
+class SlimeFlag:
+    """One slime flag our side decides: its value (True: a switch), the attribute slime's parser
+    stores it in, and where the value comes from."""
+
+    flag: str
+    value: object
+    source: str
+
+    @property
+    def dest(self) -> str:
+        return self.flag[2:].replace("-", "_")
+
+    def argv(self) -> list[str]:
+        if self.value is True:
+            return [self.flag]
+        return [self.flag, flag_text(self.value)]
+
+
+def flag_text(value: object) -> str:
+    """A flag value as the command line gives it (floats round-trip exactly)."""
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _contract_flags(config: Config) -> list[SlimeFlag]:
+    """Flags our hooks' contract fixes, whatever the config (the module doc says why)."""
+    hooks = [SlimeFlag("--" + dest.replace("_", "-"), path, "our hooks work together")
+             for dest, path in HOOK_PATHS.items()]
     needs_ref = any(c.kl > 0 for c in role_coefficients(config).values())
-    hooks = [(name, path, "our hooks work together") for name, path in HOOK_PATHS.items()]
+    kl = [SlimeFlag("--use-kl-loss", True, "a role has loss.kl_coef > 0")] if needs_ref else []
     return hooks + [
-        ("loss_type", "custom_loss", "our loss carries per-role coefficients"),
-        ("advantage_estimator", "grpo", "advantages must be our GRPO advantages, unchanged"),
+        SlimeFlag("--loss-type", "custom_loss", "our loss carries per-role coefficients"),
+        SlimeFlag("--advantage-estimator", "grpo", "our GRPO advantages, unchanged"),
+        SlimeFlag("--kl-loss-type", "low_var_kl", "our loss uses the k3 estimator"),
+        SlimeFlag("--calculate-per-token-loss", True, "the objective is a token-level mean"),
+        SlimeFlag("--n-samples-per-prompt", 1, "the pipeline expands each source task itself"),
+        SlimeFlag("--num-steps-per-rollout", 1, "one optimiser step per rollout"),
+        SlimeFlag("--use-dynamic-batch-size", True, "sample counts vary per rollout"),
+        *kl,
+    ]
+
+
+def config_flags(config: Config) -> list[SlimeFlag]:
+    """Every flag of slime's command line that the config or the hooks' contract decides."""
+    loss, sampling = config.loss, config.sampling
+    entropy_switch = int(any(c.entropy != 0 for c in role_coefficients(config).values()))
+    return _contract_flags(config) + [
+        SlimeFlag("--rollout-batch-size", config.pipeline.source_tasks_per_rollout,
+                  "pipeline.source_tasks_per_rollout"),
+        SlimeFlag("--rollout-temperature", sampling.solver.temperature,
+                  "sampling.solver.temperature"),
+        SlimeFlag("--rollout-top-p", sampling.solver.top_p, "sampling.solver.top_p"),
+        SlimeFlag("--entropy-coef", entropy_switch,
+                  "1 when a role has loss.entropy_coef != 0 (a switch: settings.py)"),
+        SlimeFlag("--eps-clip", loss.clip_eps_low, "loss.clip_eps_low"),
+        SlimeFlag("--eps-clip-high", loss.clip_eps_high, "loss.clip_eps_high"),
+        SlimeFlag("--lr", loss.lr, "loss.lr"),
+        SlimeFlag("--adam-beta1", loss.adam_beta1, "loss.adam_beta1"),
+        SlimeFlag("--adam-beta2", loss.adam_beta2, "loss.adam_beta2"),
+        SlimeFlag("--weight-decay", loss.weight_decay, "loss.weight_decay"),
+        SlimeFlag("--clip-grad", loss.grad_clip, "loss.grad_clip"),
+    ]
+
+
+# Generated flags checked otherwise: slime turns --num-steps-per-rollout into the global batch
+# size (checked below), any non-zero --entropy-coef is a valid switch (`_entropy_gradient_problems`)
+# and --use-kl-loss must also be absent without a KL term.
+CHECKED_APART = ("num_steps_per_rollout", "entropy_coef", "use_kl_loss")
+
+
+def _expected_args(config: Config) -> list[tuple[str, object, str]]:
+    """(slime attribute, required value, why) for every arg the hooks rely on: the flags the
+    launch generates (`config_flags`), plus slime defaults that must stay as they are."""
+    needs_ref = any(c.kl > 0 for c in role_coefficients(config).values())
+    global_batch = config.pipeline.source_tasks_per_rollout
+    return [(flag.dest, flag.value, f"config {flag.source}") for flag in config_flags(config)
+            if flag.dest not in CHECKED_APART] + [
         ("normalize_advantages", False, "slime would re-whiten our group advantages"),
         ("use_opd", False,
          "teacher_log_probs carries our role channel (role codes and student teachers "
          "encoded); slime's OPD would read those codes as teacher log-probs and shift every "
          "advantage by them. Our loss distils student tokens itself (loss.distill_coef)"),
         ("kl_coef", 0.0, "KL belongs in the loss (--use-kl-loss), not in the reward"),
-        ("kl_loss_type", "low_var_kl", "our loss uses the low-variance (k3) estimator"),
         ("use_kl_loss", needs_ref, "reference log-probs exist only with --use-kl-loss"),
-        ("calculate_per_token_loss", True, "the objective is a token-level mean"),
-        ("n_samples_per_prompt", 1, "the pipeline expands each source task itself"),
-        ("rollout_batch_size", config.pipeline.source_tasks_per_rollout,
-         "config pipeline.source_tasks_per_rollout"),
-        ("global_batch_size", config.pipeline.source_tasks_per_rollout,
+        ("global_batch_size", global_batch,
          "one optimiser step per rollout: --rollout-batch-size x --n-samples-per-prompt, as "
          "--num-steps-per-rollout 1 derives it"),
-        ("use_dynamic_batch_size", True,
-         "sample counts vary per rollout; static micro-batches need a fixed multiple"),
-        ("rollout_top_p", sampling.solver.top_p,
-         "config sampling.solver.top_p; below 1 the samples carry the nucleus slime replays"),
-        ("rollout_temperature", sampling.solver.temperature,
-         "slime recomputes log-probs at --rollout-temperature; config sampling.solver"),
-        ("eps_clip", loss.clip_eps_low, "config loss.clip_eps_low"),
-        ("eps_clip_high", loss.clip_eps_high, "config loss.clip_eps_high"),
-        ("lr", loss.lr, "config loss.lr"),
-        ("adam_beta1", loss.adam_beta1, "config loss.adam_beta1"),
-        ("adam_beta2", loss.adam_beta2, "config loss.adam_beta2"),
-        ("weight_decay", loss.weight_decay, "config loss.weight_decay"),
-        ("clip_grad", loss.grad_clip, "config loss.grad_clip"),
     ]
 
 

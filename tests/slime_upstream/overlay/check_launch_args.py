@@ -52,7 +52,7 @@ def test_slime_reads_the_values_the_script_gives(parsed):
     for flag in ("--rollout-batch-size", "--num-rollout", "--save-interval", "--eval-interval",
                  "--tensor-model-parallel-size", "--max-tokens-per-gpu"):
         assert getattr(args, flag[2:].replace("-", "_")) == int(argv[argv.index(flag) + 1])
-    for flag in ("--rollout-top-p", "--entropy-coef", "--lr", "--eps-clip", "--kl-loss-coef",
+    for flag in ("--rollout-top-p", "--entropy-coef", "--lr", "--eps-clip",
                  "--sglang-mem-fraction-static"):
         assert getattr(args, flag[2:].replace("-", "_")) == float(argv[argv.index(flag) + 1])
     for key, path in HOOK_PATHS.items():
@@ -60,6 +60,7 @@ def test_slime_reads_the_values_the_script_gives(parsed):
     assert args.loss_type == "custom_loss" and args.use_dynamic_batch_size
     assert args.global_batch_size == args.rollout_batch_size  # one optimiser step per rollout
     assert args.eval_function_path == HOOK_PATHS["rollout_function_path"]  # slime's default
+    assert args.kl_loss_coef == 0.0  # not given: slime's own loss alone reads it (args.py)
 
 
 def test_our_hooks_accept_the_args_slime_made(parsed):
@@ -88,7 +89,7 @@ def one_gpu_environment() -> dict[str, str]:
     header = _one_gpu_header()
     command = header[:header.index(TRAIN_COMMAND)]
     found = dict(re.findall(r"\b([A-Z_]+)=(\S+)", command))
-    assert {"NUM_GPUS", "TP_SIZE", "MODEL_ARGS_NAME", "PROMPTS_PER_ROLLOUT"} <= set(found)
+    assert {"NUM_GPUS", "TP_SIZE", "MODEL_ARGS_NAME"} <= set(found)
     return {name: value for name, value in found.items() if name not in OWN_PATHS}
 
 

@@ -158,8 +158,11 @@ def _loss_and_grad(args: Namespace, data: dict, logits: torch.Tensor):
 def setting(alfworld_args, parallel_state, cpu_accelerator, tmp_path_factory):
     """(slime's args of the ALFWorld run on CPU, a folder, the logits)."""
     # two source tasks per rollout, as the test config's pipeline has
+    # slime's own policy loss reads --kl-loss-coef, which the launch leaves at slime's 0 (our loss
+    # takes the config's per-role KL): set to the reference's 0.01 here so that both losses
+    # have a KL term to compare
     args = _args(alfworld_args, Path(alfworld_args.evolving_rl_config), rollout_batch_size=2,
-                 global_batch_size=2)
+                 global_batch_size=2, kl_loss_coef=0.01)
     os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
     logits = torch.randn(1, 512, VOCAB, generator=torch.Generator().manual_seed(1))
     return args, tmp_path_factory.mktemp("loss"), logits

@@ -5,7 +5,7 @@ converts through our hook and splits the train data over the data-parallel ranks
 (`_split_train_data_by_dp`, rollout.py:757) into Ray object refs.
 
 The args are what slime parses from the train script's exact command line, run for real
-(PROMPTS_PER_ROLLOUT=2, the script's own override; the data and config are small local ones). The
+(two source tasks a rollout, the config's pipeline.source_tasks_per_rollout; small local data). The
 pipeline runs against our real env server and retrieval server (MiniLM); SGLang is replaced at
 its HTTP boundary only: slime's server start (`start_rollout_servers`, rollout.py:987) is skipped
 and the router address points at a fake SGLang speaking the byte tokenizer (tests/fakes), so the
@@ -242,7 +242,7 @@ def test_one_training_rollout_through_slimes_rollout_manager(world, skill_use, r
     slime, megatron = pins
     config = world.config if skill_use == "context" else _teacher_config(world.config, tmp_path)
     argv = submitted_argv(world.script, tmp_path / "launch", slime, megatron, config,
-                          world.prepared, {"PROMPTS_PER_ROLLOUT": str(PROMPTS)})
+                          world.prepared)
     model = Path(argv[argv.index("--hf-checkpoint") + 1])
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt",
                  "special_tokens_map.json"):  # for slime's data source only

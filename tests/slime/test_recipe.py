@@ -1,0 +1,146 @@
+"""The one-GPU recipe (scripts/slime_1gpu.sh, src/evolving_rl/slime_bridge/recipe*.py): its plan
+for every profile, a run that skips done steps and stops at the first failure, the dry run on
+this CPU machine (every launch's argument list accepted by slime's real parser and validators at
+the pin, from ../shared/upstream), and scripts/upstream_sources.sh against local git remotes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from slime_fixtures import ROOT
+
+from evolving_rl.slime_bridge import recipe, recipe_run
+from evolving_rl.slime_bridge.recipe import PROFILES, Step, plan
+from tests import upstream
+
+
+@pytest.mark.parametrize("name", sorted(PROFILES))
+def test_the_plan_runs_sources_model_data_cache_then_launch(name):
+    profile = PROFILES[name]
+    steps = plan(profile)
+    names = [s.name for s in steps]
+    assert names[:3] == ["upstream", "model", "hf-model"]
+    launches = [s for s in steps if s.name.startswith("launch")]
+    assert len(launches) == max(1, len(profile.methods))
+    assert names.index("cache") < names.index(launches[0].name)
+    for step in launches:
+        assert step.env["MODEL_DIR"] == step.env["REF_DIR"] == recipe.MODEL  # no conversion
+        assert step.env["CONFIG"] == profile.config and "PROMPTS_PER_ROLLOUT" not in step.env
+        assert step.command[:2] == ("bash", profile.script) and "--spec" in step.command
+    for split in _eval_splits(launches[0]):  # every split the launch names is made by a step
+        made = [o for s in steps for o in s.outputs]
+        assert f"{profile.prepared_dir}/{split}.jsonl" in made, split
+    methods = {s.env.get("CONFIG_SET") for s in launches}
+    assert methods == ({f"pipeline.method={m}" for m in profile.methods} or {None})
+    assert len({s.env["RUN_DIR"] for s in launches}) == len(launches)
+
+
+def _eval_splits(launch: Step) -> list[str]:
+    profile = next(p for p in PROFILES.values() if p.config == launch.env["CONFIG"])
+    script = (ROOT / profile.script).read_text()
+    default = script.split('EVAL_SPLITS="${EVAL_SPLITS:-')[1].split("}")[0]
+    return launch.env.get("EVAL_SPLITS", default).split()
+
+
+def test_a_run_skips_done_steps_and_stops_at_the_first_failure(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(recipe_run, "ROOT", tmp_path)
+    monkeypatch.setattr(recipe, "ROOT", tmp_path)
+    (tmp_path / "made").write_text("")
+    record = tmp_path / "ran"
+    steps = [Step("one", "done already", ("sh", "-c", f"echo one >> {record}"), ("made",)),
+             Step("two", "runs", ("sh", "-c", f"echo two >> {record}; touch made2"), ("made2",)),
+             Step("three", "fails", ("sh", "-c", f"echo three >> {record}; exit 7")),
+             Step("four", "never reached", ("sh", "-c", f"echo four >> {record}"))]
+    with caplog.at_level("INFO"):
+        assert recipe_run.run(steps) == 7
+    assert record.read_text().split() == ["two", "three"]
+    assert "step three failed (exit 7)" in caplog.text
+    record.unlink()
+    assert recipe_run.run(steps[:2]) == 0 and not record.exists()  # both done now
+
+
+def test_a_python3_step_runs_with_this_interpreter():
+    step = Step("x", "y", ("python3", "-m", "evolving_rl.local.model", "--help"))
+    assert recipe_run._command(step)[0] == sys.executable
+
+
+@pytest.mark.end_to_end
+@pytest.mark.parametrize("name", sorted(PROFILES))
+def test_the_dry_run_passes_on_this_cpu_machine(name):
+    """A fresh-clone state (no model, data or cache needed): the plan is printed, and every
+    launch's full argument list is accepted by slime's parser and its three validators."""
+    env = {**os.environ, "PYTHON": sys.executable}
+    env.pop("SLIME_DIR", None)
+    run = subprocess.run(
+        ["bash", "scripts/slime_1gpu.sh", "--profile", name, "--dry-run",
+         "--slime-dir", str(upstream.slime_dir()), "--megatron-dir", str(upstream.megatron_dir())],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+    steps = plan(PROFILES[name], slime_dir=str(upstream.slime_dir()),
+                 megatron_dir=str(upstream.megatron_dir()))
+    for step in steps:
+        assert step.shell() in run.stdout
+    launches = sum(s.name.startswith("launch") for s in steps)
+    assert run.stdout.count("    accepted") == launches
+    assert run.stderr.count("validators ran: slime_validate_args, _megatron_validate_args, "
+                            "sglang_validate_args") == launches
+
+
+def _git(folder: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(folder), *args], check=True, capture_output=True,
+                          text=True, env={**os.environ, "GIT_AUTHOR_NAME": "t",
+                                          "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                                          "GIT_COMMITTER_EMAIL": "t@t"}).stdout.strip()
+
+
+def _remote(folder: Path, files: dict[str, str]) -> str:
+    folder.mkdir(parents=True)
+    _git(folder, "init", "-q")
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    _git(folder, "add", "-A")
+    _git(folder, "commit", "-q", "-m", "x")
+    return _git(folder, "rev-parse", "HEAD")
+
+
+def test_upstream_sources_makes_megatron_at_slimes_commit_with_its_patches(tmp_path):
+    """slime's Dockerfile names the Megatron commit; both patches apply; a rerun does nothing;
+    slime must be at this checkout's submodule pin."""
+    megatron_commit = _remote(tmp_path / "megatron_remote", {"megatron/training/arguments.py":
+                                                             "a = 1\n", "README": "r\n"})
+    patch = ("--- a/megatron/training/arguments.py\n+++ b/megatron/training/arguments.py\n"
+             "@@ -1 +1 @@\n-a = 1\n+a = 2\n")
+    patch2 = "--- a/README\n+++ b/README\n@@ -1 +1 @@\n-r\n+patched\n"
+    slime = tmp_path / "slime"
+    slime.mkdir()
+    (slime / "train.py").write_text("")
+    (slime / "docker/patch/latest").mkdir(parents=True)
+    (slime / "docker/Dockerfile").write_text(f"ARG MEGATRON_COMMIT={megatron_commit}\n")
+    (slime / "docker/patch/latest/megatron.patch").write_text(patch)
+    (slime / "docker/patch/latest/megatron-sglang-aligned.patch").write_text(patch2)
+    env = {**os.environ, "MEGATRON_URL": str(tmp_path / "megatron_remote")}
+    command = ["bash", "scripts/upstream_sources.sh", "--slime-dir", str(slime),
+               "--megatron-dir", str(tmp_path / "Megatron-LM")]
+    run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    assert run.returncode == 0 and "its commit is not checked" in run.stdout, run.stderr
+    megatron = tmp_path / "Megatron-LM"
+    assert (megatron / "megatron/training/arguments.py").read_text() == "a = 2\n"
+    assert (megatron / "README").read_text() == "patched\n"
+    assert _git(megatron, "rev-parse", "HEAD") == megatron_commit
+    again = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    assert again.returncode == 0 and "already in" in again.stdout
+    # a git checkout of slime at another commit than this checkout's submodule pin: refused
+    _remote_in(slime)
+    wrong = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    assert wrong.returncode == 2 and "not the pin" in wrong.stderr
+
+
+def _remote_in(folder: Path) -> None:
+    _git(folder, "init", "-q")
+    _git(folder, "add", "-A")
+    _git(folder, "commit", "-q", "-m", "not the pin")
