@@ -14,7 +14,8 @@ Not given: `--kl-loss-coef`. slime reads it only in its own policy loss
 (slime/backends/megatron_utils/loss.py:1130); under `--loss-type custom_loss` our loss applies the
 per-role `loss.kl_coef`, and slime's default 0 (slime/utils/arguments.py:984-987) says so.
 
-Checkpoints: `--save-interval N` (with `--save`) is given only when the launch asks for saves. A
+Checkpoints: `--save-interval N` (with `--save`) is given only when the launch asks for saves
+(SAVE_INTERVAL=0: none, not even slime's save after the last rollout). A
 launch with `--check-weight-update-equal` is a weight check: it saves nothing unless its extra
 flags ask (`--save-interval`), since slime saves only on that interval or a release
 (slime/utils/misc.py:121-122, train.py:70-80); one such launch wrote an 8.2 GiB checkpoint.
@@ -67,9 +68,10 @@ def contradictions(flags: list[SlimeFlag], extra: list[str]) -> list[str]:
 
 
 def save_flags(save_dir: str, interval: str, extra: list[str]) -> list[str]:
-    """`--save DIR --save-interval N`, or nothing: no interval, or a weight check that did not
-    ask for saves itself (module doc)."""
-    if not interval or (WEIGHT_CHECK in extra and _given(extra, "--save-interval") is None):
+    """`--save DIR --save-interval N`, or nothing: no interval (empty or 0), or a weight check
+    that did not ask for saves itself (module doc)."""
+    unasked = WEIGHT_CHECK in extra and _given(extra, "--save-interval") is None
+    if interval in ("", "0") or unasked:
         return []
     return ["--save", save_dir, "--save-interval", interval]
 

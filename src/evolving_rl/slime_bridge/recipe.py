@@ -98,6 +98,22 @@ PROFILES = {
          "EVAL_SPLITS": "valid_small"},
         evaluation=("bash", "scripts/alfworld/eval.sh", "--config", "configs/alfworld_1gpu.yaml",
                     "--splits", "valid_unseen", "--limit", "4")),
+    # The learning comparison (configs/alfworld_1gpu_learn.yaml's header has the budget): the
+    # local GPU profile's two-type games, one launch per method, slime's evaluation before and
+    # after training on every held-out game, no checkpoint (SAVE_INTERVAL=0).
+    "learn": Profile(
+        "learn", "configs/alfworld_1gpu_learn.yaml", "scripts/alfworld/train_alfworld.sh",
+        "data/alfworld_small/prepared",
+        (_step("data", "the local GPU profile's games: 2 task types, 24 a type a split",
+               "bash scripts/alfworld/prepare_data.sh --generate --per-type 24"
+               " --config configs/alfworld_1gpu_learn.yaml",
+               "data/alfworld_small/prepared/train.jsonl",
+               "data/alfworld_small/prepared/valid_unseen.jsonl"),),
+        "data/retrieval/alfworld_small_minilm.npz",
+        {"NUM_ROLLOUT": "8", "EVAL_INTERVAL": "8", "SAVE_INTERVAL": "0",
+         "PREPARED_DIR": "data/alfworld_small/prepared", "TRAIN_SPLIT": "train",
+         "EVAL_SPLITS": "valid_unseen"},
+        flags=(*TE_FREE, "--use-tensorboard"), methods=("evolving", "grpo_baseline")),
 }
 
 
