@@ -21,22 +21,42 @@
 #                         with their real requirements (default: the H200 image's four that ask
 #                         numpy >= 2, found by `pip check` of that image rebuilt on the CPU with
 #                         numpy 1.26.4: ml-dtypes, opencv-python-headless, tifffile, contourpy)
+#   --env-wheels SLIME_WH build the env wheels instead (below), over the slime wheelhouse SLIME_WH
+#                         built by this script from the same --present
+#   --extras LIST         with --env-wheels: the project's extras (default alfworld,mind2web,
+#                         retrieval,local: the env, Mind2Web and retrieval servers, and `local`
+#                         for gguf, which the GGUF model's conversion needs)
 # How the image's packages are left out: each `name==version` of --present becomes a dist-info
 # holding only its name and version in the venv pip resolves in, so pip takes it as installed:
 # kept where its version satisfies the closure (not downloaded), replaced where it does not (the
 # wheel is downloaded; MANIFEST.tsv's image_version column says what it replaces). The --keep
 # packages are pinned too: a closure that would replace one fails (exit 1) instead.
-# Needs the network (PyPI) and the target interpreter; binary wheels only (--only-binary=:all:).
-# DEST gets the wheels, MANIFEST.tsv (name, version, image_version, filename, size, sha256),
-# requirements.txt (name==version --hash=sha256:..., a header naming the inputs) and present.txt
-# (the --present used). The summary lists the count, the total size and the largest wheels.
+# Needs the network (PyPI) and the target interpreter; binary wheels only (--only-binary=:all:)
+# but for the sdists --env-wheels builds (it needs `strip` too).
+# DEST gets the wheels, MANIFEST.tsv (name, version, image_version, filename, size, sha256, why:
+# the chain of requirers, e.g. "sglang > xgrammar"), PROVIDED.tsv (name, version, provided_by,
+# why: the closure's requirements the image met), requirements.txt (name==version
+# --hash=sha256:..., a header naming the inputs) and present.txt (the --present used). The
+# summary lists the count, the total size and the largest wheels.
 # On the image: python3 -m pip install --no-index --no-deps -r DEST/requirements.txt
 #   --find-links DEST (measured: docs/results/2026-12-03-slime-wheelhouse.md).
+# The env wheels (--env-wheels SLIME_WH DEST): our own runtime on the slime path, which neither
+# the image nor the slime wheelhouse has: the project's wheel (src/ at build time) and the
+# closure of evolving_rl[--extras], less the image's packages with SLIME_WH's installed over them
+# (all of SLIME_WH's pinned: the closure must not replace one). The sdist-only fast-downward-
+# textworld and jericho are built here as wheels, stripped (scripts/wheelhouse.sh: pure-Python
+# wheels loading a ctypes library; this machine's glibc must be <= the image's). PROVIDED.tsv
+# says which requirements the image or SLIME_WH met (gguf: SGLang needs it too). Both installed
+# at once on the image: python3 -m pip install --no-index --no-deps --find-links SLIME_WH
+#   --find-links DEST -r SLIME_WH/requirements.txt -r DEST/requirements.txt
 # Not in it: Megatron-LM (source), TransformerEngine and apex (compiled), slime (source).
 # numpy: slime's Megatron side asserts numpy 1.x, SGLang's closure on the image alone keeps numpy 2
 # (docs/results/2026-12-03-slime-one-gpu.md); hence SLIME_MEGATRON_PINS unless --numpy2.
-# Same inputs (pins, pyproject, slime's requirements, --present, options, this script, its helper
-# and scripts/wheelhouse.sh, whose functions it uses) as DEST's requirements.txt: nothing to do.
+# Same inputs (pins, pyproject, slime's requirements, --present, options, this script, its helpers
+# and scripts/wheelhouse.sh, whose functions it uses; SLIME_WH's requirements.txt) as DEST's
+# requirements.txt: nothing to do. A change of src/ alone rebuilds nothing (remove DEST).
+# The header names slime's own commit: its checkout's HEAD, or the commit in the name of a
+# `git archive` copy (slime-624b824a), flagged when not the slime/ submodule's pin.
 # Built in a temporary folder beside DEST, moved into place only when complete.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -54,13 +74,17 @@ SLIME_DIR=
 DEST=
 NUMPY2=0
 RESOLVE_AGAIN=ml-dtypes,opencv-python-headless,tifffile,contourpy
+SLIME_HOUSE=  # --env-wheels: the slime wheelhouse the env wheels go over
+EXTRAS=
+OVER=()       # --env-wheels: the helper's --over of the slime wheelhouse's MANIFEST.tsv
 
 parse_args() {
     while [ $# -gt 0 ]; do
         case "$1" in
             -h|--help) usage; exit 0 ;;
             --numpy2) NUMPY2=1; shift ;;
-            --python-version|--platform|--present|--keep|--slime-dir|--resolve-again)
+            --python-version|--platform|--present|--keep|--slime-dir|--resolve-again|\
+            --env-wheels|--extras)
                 [ $# -ge 2 ] || die_usage "$1 needs a value"
                 case "$1" in
                     --resolve-again) RESOLVE_AGAIN="$2" ;;
@@ -69,6 +93,8 @@ parse_args() {
                     --present) PRESENT="$2" ;;
                     --keep) KEEP="$2" ;;
                     --slime-dir) SLIME_DIR="$2" ;;
+                    --env-wheels) SLIME_HOUSE="$2" ;;
+                    --extras) EXTRAS="$2" ;;
                 esac
                 shift 2 ;;
             -*) die_usage "unknown option $1" ;;
@@ -78,6 +104,11 @@ parse_args() {
     check_target_args
     [ -f "$PRESENT" ] || die_usage "--present: no file $PRESENT (give the image's pip freeze)"
     [ -n "$KEEP" ] || die_usage "--keep must not be empty (e.g. torch)"
+    if [ -n "$SLIME_HOUSE" ]; then check_env_args; else check_slime_args; fi
+}
+
+check_slime_args() {  # slime's source, for its requirements.txt
+    [ -z "$EXTRAS" ] || die_usage "--extras needs --env-wheels"
     if [ -z "$SLIME_DIR" ]; then
         SLIME_DIR="$ROOT/slime"
         [ -f "$SLIME_DIR/requirements.txt" ] || SLIME_DIR="${EVOLVING_RL_SLIME_PATH:-$SLIME_DIR}"
@@ -86,63 +117,135 @@ parse_args() {
         "submodule update --init slime, or --slime-dir / \$EVOLVING_RL_SLIME_PATH)"
 }
 
+check_env_args() {  # a slime wheelhouse built over the same image; the extras well formed
+    EXTRAS="${EXTRAS:-alfworld,mind2web,retrieval,local}"
+    [[ "$EXTRAS" =~ ^[a-z0-9_-]+(,[a-z0-9_-]+)*$ ]] || die_usage "--extras: a,b,c, got '$EXTRAS'"
+    [ -f "$SLIME_HOUSE/MANIFEST.tsv" ] && [ -f "$SLIME_HOUSE/present.txt" ] ||
+        die_usage "--env-wheels: $SLIME_HOUSE is no slime wheelhouse (no MANIFEST.tsv, present.txt)"
+    cmp -s "$SLIME_HOUSE/present.txt" "$PRESENT" || die_usage "--env-wheels: $SLIME_HOUSE was" \
+        "built over another image than $PRESENT (its present.txt differs)"
+    SLIME_HOUSE="$(realpath "$SLIME_HOUSE")"
+    OVER=(--over "$SLIME_HOUSE/MANIFEST.tsv")
+}
+
 slime_inputs_stamp() {  # what the wheelhouse depends on; equal stamps mean nothing to rebuild
     {
-        echo "$PYV $PLATFORM keep=$KEEP numpy2=$NUMPY2 again=$RESOLVE_AGAIN"
-        cat "$ROOT/pyproject.toml" "$ROOT/scripts/lib/pins.sh" "$SLIME_DIR/requirements.txt" \
-            "$PRESENT" "$0" "$HELPER" "$ROOT/scripts/wheelhouse.sh"
+        echo "$PYV $PLATFORM keep=$KEEP numpy2=$NUMPY2 again=$RESOLVE_AGAIN env=$EXTRAS"
+        cat "$ROOT/pyproject.toml" "$ROOT/scripts/lib/pins.sh" "$PRESENT" "$0" "$HELPER" \
+            "$ROOT/scripts/lib/wheel_closure.py" "$ROOT/scripts/wheelhouse.sh"
+        if [ -n "$SLIME_HOUSE" ]; then cat "$SLIME_HOUSE/requirements.txt"
+        else cat "$SLIME_DIR/requirements.txt"; fi
     } | sha256sum | cut -c1-16
 }
 
-resolve_and_fetch() {  # the image as installed packages, pip's plan against it, the downloads
-    local site platforms wanted name version rest
+present_image() {  # present_image ARGS...: the image as installed packages in the resolver venv
+    local site
+    site="$("$RPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    step "the image's packages from $(basename "$PRESENT") $*" "$BPY" "$HELPER" present \
+        "$PRESENT" "$site" "$TMP/keep.txt" "$KEEP" "$@"
+}
+
+resolve() {  # resolve ARGS...: pip's plan of ARGS against the image, into $TMP/plan.txt
+    local platforms
+    mapfile -t platforms < <(platform_args)
+    step "resolving $* against the image" "$RPY" -m pip install --dry-run --only-binary=:all: \
+        --python-version "$PYV" --implementation cp "${platforms[@]}" -c "$TMP/keep.txt" \
+        --report "$TMP/report.json" "$@"
+    "$BPY" "$HELPER" plan "$TMP/report.json" "$PRESENT" "$KEEP" "${OVER[@]}" \
+        --provided "$HOUSE/PROVIDED.tsv" >"$TMP/plan.txt" 2>>"$LOG" ||
+        die "the plan: $(tail -n 1 "$LOG")"
+}
+
+plan_slime() {  # SGLang, its router, ray and slime's requirements (+ the Megatron-side pins)
     local again=() megatron=()
     if [ "$NUMPY2" = 0 ]; then  # slime's Megatron-side pins, and the image's packages they contradict
         read -ra megatron <<<"$SLIME_MEGATRON_PINS"
         IFS=, read -ra again <<<"$RESOLVE_AGAIN"
     fi
-    site="$("$BPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-    step "the image's packages from $(basename "$PRESENT")" "$BPY" "$HELPER" present \
-        "$PRESENT" "$site" "$TMP/keep.txt" "$KEEP" --resolve-again "$(IFS='|'; echo "${again[*]}")"
+    present_image --resolve-again "$(IFS='|'; echo "${again[*]}")"
+    resolve "sglang==$SGLANG_VERSION" "$(project_requirement sglang-router)" \
+        "$(project_requirement ray)" -r "$SLIME_DIR/requirements.txt" "${megatron[@]}" \
+        "${again[@]}"
+}
+
+plan_env() {  # the project's wheel and the sdist-only ones built here, then evolving_rl[EXTRAS]
+    local built="$TMP/local" wheel name project prebuilt=()
+    mkdir -p "$built" "$TMP/sdists"
+    build_project_wheel
+    mv "$HOUSE"/evolving_rl-*.whl "$built/"
+    if [[ ",$EXTRAS," == *",alfworld,"* ]]; then
+        for name in "${ALFWORLD_SDISTS[@]}"; do prebuilt+=("$(project_requirement "$name")"); done
+        build_sdists "$TMP/sdists" "${prebuilt[@]}"
+        for wheel in "$TMP"/sdists/*.whl; do strip_wheel "$wheel" "$built"; done
+    fi
+    project="$(basename "$built"/evolving_rl-*.whl | cut -d- -f2)"
+    present_image "${OVER[@]}"
+    resolve --find-links "$built" "evolving_rl[$EXTRAS]==$project"
+}
+
+fetch_planned() {  # the plan's wheels into HOUSE: the index's downloaded, those built here copied
+    local name version image_version sha256 source why platforms wheels=()
+    while IFS=$'\t' read -r name version image_version sha256 source why; do
+        if [ "$source" = index ]; then wheels+=("$name==$version"); else cp "$source" "$HOUSE/"; fi
+    done <"$TMP/plan.txt"
+    [ ${#wheels[@]} -gt 0 ] || return 0
     mapfile -t platforms < <(platform_args)
-    wanted=("sglang==$SGLANG_VERSION" "$(project_requirement sglang-router)"
-        "$(project_requirement ray)" -r "$SLIME_DIR/requirements.txt" "${megatron[@]}" "${again[@]}")
-    step "resolving ${wanted[*]} against the image" "$BPY" -m pip install --dry-run \
-        --only-binary=:all: --python-version "$PYV" --implementation cp "${platforms[@]}" \
-        -c "$TMP/keep.txt" --report "$TMP/report.json" "${wanted[@]}"
-    "$BPY" "$HELPER" plan "$TMP/report.json" "$PRESENT" "$KEEP" >"$TMP/plan.txt" 2>>"$LOG" ||
-        die "the plan: $(tail -n 1 "$LOG")"
-    local wheels=()
-    while read -r name version rest; do wheels+=("$name==$version"); done <"$TMP/plan.txt"
-    step "downloading ${#wheels[@]} wheels for cp${PYV/./} on $PLATFORM" "$BPY" -m pip download \
+    step "downloading ${#wheels[@]} wheels for cp${PYV/./} on $PLATFORM" "$RPY" -m pip download \
         --no-deps --only-binary=:all: --python-version "$PYV" --implementation cp \
         "${platforms[@]}" -d "$HOUSE" "${wheels[@]}"
 }
 
-write_requirements() {  # requirements.txt: hash-pinned name==version of each wheel, a header
-    {
-        echo "# scripts/slime_wheelhouse.sh $(date -u +%Y-%m-%dT%H:%MZ): Python $PYV, $PLATFORM," \
-            "SGLang $SGLANG_VERSION, slime $(git -C "$SLIME_DIR" rev-parse --short=8 HEAD \
-            2>/dev/null || basename "$SLIME_DIR"), less the image's packages in present.txt"
+requirements_header() {  # what was built from what, and the command that installs it
+    local when
+    when="$(date -u +%Y-%m-%dT%H:%MZ)"
+    if [ -n "$SLIME_HOUSE" ]; then
+        echo "# scripts/slime_wheelhouse.sh --env-wheels $when: Python $PYV, $PLATFORM," \
+            "evolving_rl[$EXTRAS] (its wheel and the sdist-only ones built here), less the" \
+            "image's packages in present.txt and the slime wheelhouse $SLIME_HOUSE"
+        echo "# inputs $STAMP"
+        echo "# offline, with that slime wheelhouse (S), into the image's Python: python3 -m pip"
+        echo "#   install --no-index --no-deps --find-links S --find-links <this folder>"
+        echo "#   -r S/requirements.txt -r <this folder>/requirements.txt"
+    else
+        echo "# scripts/slime_wheelhouse.sh $when: Python $PYV, $PLATFORM, SGLang" \
+            "$SGLANG_VERSION, slime $("$BPY" "$HELPER" slime-label "$SLIME_DIR" "$ROOT")," \
+            "less the image's packages in present.txt"
         echo "# inputs $STAMP"
         echo "# offline, into the image's Python: python3 -m pip install --no-index --no-deps"
         echo "#   --find-links <this folder> -r <this folder>/requirements.txt"
+    fi
+}
+
+write_requirements() {  # requirements.txt: hash-pinned name==version of each wheel, a header
+    {
+        requirements_header
         awk -F'\t' 'NR > 1 { print $1 "==" $2 " --hash=sha256:" $6 }' "$HOUSE/MANIFEST.tsv"
     } >"$HOUSE/requirements.txt"
+}
+
+make_venvs() {  # the tools venv (BPY: the helper, the builds) and the resolver's (RPY: the image)
+    BPY="$TMP/tools/bin/python"
+    RPY="$TMP/resolver/bin/python"
+    step "creating the tools venv" "$1" -m venv "$TMP/tools"
+    step "installing its tools" "$BPY" -m pip install packaging "setuptools>=68" wheel
+    step "creating the resolver venv" "$1" -m venv "$TMP/resolver"
+    step "updating its pip" "$RPY" -m pip install --upgrade pip
 }
 
 main() {
     parse_args "$@"
     DEST="$(realpath -m "$DEST")"
     PRESENT="$(realpath "$PRESENT")"
+    if [ -n "$SLIME_HOUSE" ]; then
+        command -v strip >/dev/null || die "strip (binutils) is needed to shrink the built wheels"
+    fi
     local python
     python="$(target_python)" || exit 1
     begin_build "$(slime_inputs_stamp)"
-    BPY="$TMP/resolver/bin/python"
     progress "building $DEST with $python (inputs $STAMP); log: $LOG"
-    step "creating the resolver venv" "$python" -m venv "$TMP/resolver"
-    step "updating its pip" "$BPY" -m pip install --upgrade pip
-    resolve_and_fetch
+    make_venvs "$python"
+    if [ -n "$SLIME_HOUSE" ]; then plan_env; else plan_slime; fi
+    fetch_planned
     "$BPY" "$HELPER" manifest "$HOUSE" "$TMP/plan.txt" >"$TMP/summary.txt" 2>>"$LOG" ||
         die "manifest: $(tail -n 3 "$LOG")"
     write_requirements

@@ -1,4 +1,5 @@
-"""scripts/slime_wheelhouse.sh and its helper scripts/lib/slime_wheelhouse.py, with no network.
+"""scripts/slime_wheelhouse.sh and its helpers scripts/lib/slime_wheelhouse.py and
+scripts/lib/wheel_closure.py, with no network.
 
 The script's syntax, `--help`, and its answers to bad arguments (exit 2, a message naming the
 mistake) and to a missing target interpreter (exit 1, nothing written); a DEST built from the
@@ -7,7 +8,10 @@ freeze read and written as dist-infos pip takes for installed packages, the plan
 report (what the image has at another version is named; replacing a kept package is refused),
 the manifest's sizes and hashes checked against the plan. One test runs pip's real resolver,
 offline on hand-made wheels, against such an image: a package the image has at a satisfying
-version is not planned, one at another version is, and a kept one pinned makes it fail.
+version is not planned, one at another version is, and a kept one pinned makes it fail; another
+does the same for the env wheels over a slime wheelhouse. The env wheels' chains (why each
+package is in the closure, which requirements the image or the slime wheelhouse met) and the
+requirements' header naming slime's own commit, not that of a repository holding its folder.
 """
 
 from __future__ import annotations
@@ -26,11 +30,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "slime_wheelhouse.sh"
-HELPER_PATH = ROOT / "scripts" / "lib" / "slime_wheelhouse.py"
-_spec = importlib.util.spec_from_file_location("slime_wheelhouse", HELPER_PATH)
-helper = importlib.util.module_from_spec(_spec)
-sys.modules["slime_wheelhouse"] = helper  # dataclasses look their module up while defining
-_spec.loader.exec_module(helper)
+LIB = ROOT / "scripts" / "lib"
+HELPER_PATH = LIB / "slime_wheelhouse.py"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, LIB / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up; the helper imports closure
+    spec.loader.exec_module(module)
+    return module
+
+
+closure = _load("wheel_closure")
+helper = _load("slime_wheelhouse")
 
 
 def run(args: list[str], env: dict[str, str] | None = None, timeout: float = 60):
@@ -124,23 +137,112 @@ def _freeze(tmp_path: Path, present: dict[str, str]) -> Path:
     return path
 
 
-def _item(name: str, version: str, sha256: str | None = None) -> dict:
-    info = {"url": f"https://files.example/{name}-{version}-py3-none-any.whl"}
+def _item(name: str, version: str, sha256: str | None = None, requires: tuple[str, ...] = (),
+          requested: bool = False, extras: tuple[str, ...] = (), url: str = "") -> dict:
+    info = {"url": url or f"https://files.example/{name}-{version}-py3-none-any.whl"}
     if sha256:
         info["archive_info"] = {"hashes": {"sha256": sha256}}
-    return {"metadata": {"name": name, "version": version}, "download_info": info}
+    item = {"metadata": {"name": name, "version": version, "requires_dist": list(requires)},
+            "download_info": info, "requested": requested}
+    if extras:
+        item["requested_extras"] = list(extras)
+    return item
+
+
+ENVIRONMENT = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux",
+               "platform_machine": "x86_64", "implementation_name": "cpython", "os_name": "posix",
+               "platform_system": "Linux", "platform_python_implementation": "CPython",
+               "platform_release": "", "platform_version": "", "implementation_version": "3.12.3"}
 
 
 def test_plan_names_what_it_replaces_and_refuses_a_kept_package():
-    report = {"install": [_item("Transformers", "5.12.1", "ab"), _item("sglang", "0.5.15.post1")]}
+    report = {"install": [_item("Transformers", "5.12.1", "ab"),
+                          _item("sglang", "0.5.15.post1", requires=("transformers==5.12.1",),
+                                requested=True)], "environment": ENVIRONMENT}
     present = {"transformers": "5.17.0", "torch": "2.11.0"}
     assert helper.read_plan(report, present, "torch") == [
-        helper.Planned("sglang", "0.5.15.post1", None, None),
-        helper.Planned("transformers", "5.12.1", "5.17.0", "ab")]
+        helper.Planned("sglang", "0.5.15.post1", None, None, "index", "requested"),
+        helper.Planned("transformers", "5.12.1", "5.17.0", "ab", "index", "sglang")]
     report["install"].append(_item("torch", "2.12.0"))
     with pytest.raises(helper.WheelhouseError, match=r"replace the image's torch 2\.11\.0 "
                                                      r"\(with 2\.12\.0\)"):
         helper.read_plan(report, present, "torch|triton")
+
+
+def _project_report() -> dict:
+    """evolving_rl[alfworld,local] as pip reports it: extras requiring its own extras, markers."""
+    project = _item("evolving_rl", "0.1.0", requires=(
+        "pyyaml>=6.0", 'evolving_rl[serve]; extra == "alfworld"',
+        'alfworld==0.4.2; extra == "alfworld"', 'flask>=3.0; extra == "serve"',
+        'gguf>=0.10; extra == "local"', 'transformers<6,>=5.0; extra == "local"',
+        'pywin32; sys_platform == "win32" and extra == "alfworld"', 'ijson; extra == "mind2web"'),
+        requested=True, extras=("alfworld", "local"), url="file:///tmp/built/evolving_rl-0.1.0-"
+        "py3-none-any.whl")
+    return {"environment": ENVIRONMENT, "install": [
+        project, _item("alfworld", "0.4.2", requires=("textworld==1.7.0", "numpy>=1.2")),
+        _item("textworld", "1.7.0", requires=("tatsu==5.8.3", "jericho[full]>=3.0")),
+        _item("tatsu", "5.8.3"), _item("Flask", "3.1.0", requires=("click>=8",)),
+        _item("click", "8.2.0"), _item("jericho", "3.3.0", requires=('spacy; extra == "full"',)),
+        _item("spacy", "3.8.0")]}
+
+
+def test_closure_explains_each_package_and_what_was_provided():
+    found = closure.explain(_project_report(), {"pyyaml", "numpy", "gguf", "transformers"})
+    assert found.why == {
+        "evolving-rl": "requested", "alfworld": "evolving-rl[alfworld]",
+        "flask": "evolving-rl[serve]", "textworld": "evolving-rl[alfworld] > alfworld",
+        "click": "evolving-rl[serve] > flask",
+        "tatsu": "evolving-rl[alfworld] > alfworld > textworld",
+        "jericho": "evolving-rl[alfworld] > alfworld > textworld",
+        "spacy": "evolving-rl[alfworld] > alfworld > textworld > jericho[full]"}
+    assert found.provided == {"pyyaml": "evolving-rl", "gguf": "evolving-rl[local]",
+                              "transformers": "evolving-rl[local]",
+                              "numpy": "evolving-rl[alfworld] > alfworld"}
+
+
+def test_env_plan_less_the_slime_wheelhouse(tmp_path):
+    """The slime wheelhouse's packages count as installed over the image's, are pinned, and
+    the plan names the local wheels, the chains and what each of the two provided."""
+    freeze = _freeze(tmp_path, {"numpy": "2.5.2", "pyyaml": "6.0.3", "torch": "2.11.0"})
+    manifest = tmp_path / "slime" / helper.MANIFEST
+    manifest.parent.mkdir()
+    manifest.write_text("name\tversion\n" "numpy\t1.26.4\n" "gguf\t0.19.0\n"
+                        "transformers\t5.12.1\n")
+    present, over = helper.read_present(freeze, manifest)
+    assert present == {"numpy": "1.26.4", "pyyaml": "6.0.3", "torch": "2.11.0",
+                       "gguf": "0.19.0", "transformers": "5.12.1"}
+    helper.write_present(present, tmp_path / "site", tmp_path / "keep.txt", "torch", "", over)
+    assert (tmp_path / "keep.txt").read_text().splitlines() == [
+        "gguf==0.19.0", "numpy==1.26.4", "torch==2.11.0", "transformers==5.12.1"]
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps(_project_report()))
+    provided = tmp_path / helper.PROVIDED
+    planned = _main_output(["plan", str(report), str(freeze), "torch", "--over", str(manifest),
+                            "--provided", str(provided)])
+    plan = helper.read_plan_file(planned)
+    assert [p.name for p in plan] == ["alfworld", "click", "evolving-rl", "flask", "jericho",
+                                      "spacy", "tatsu", "textworld"]
+    assert plan[2].source == "/tmp/built/evolving_rl-0.1.0-py3-none-any.whl"
+    assert plan[7] == helper.Planned("textworld", "1.7.0", None, None, "index",
+                                     "evolving-rl[alfworld] > alfworld")
+    assert provided.read_text().splitlines() == [
+        "name\tversion\tprovided_by\twhy", "gguf\t0.19.0\tslime-wheelhouse\tevolving-rl[local]",
+        "numpy\t1.26.4\tslime-wheelhouse\tevolving-rl[alfworld] > alfworld",
+        "pyyaml\t6.0.3\timage\tevolving-rl",
+        "transformers\t5.12.1\tslime-wheelhouse\tevolving-rl[local]"]
+    report.write_text(json.dumps({"environment": ENVIRONMENT, "install": [
+        _item("gguf", "0.20.0", requested=True)]}))
+    with pytest.raises(helper.WheelhouseError, match=r"replace the image's gguf 0\.19\.0"):
+        helper.read_plan(json.loads(report.read_text()), present, "torch", over)
+
+
+def _main_output(argv: list[str]) -> Path:
+    """Runs the helper's main as the shell does, its stdout kept in a file."""
+    out = Path(argv[1]).parent / "plan.txt"
+    result = run([sys.executable, str(HELPER_PATH), *argv])
+    assert result.returncode == 0, result.stderr
+    out.write_text(result.stdout)
+    return out
 
 
 def _wheel(folder: Path, name: str, version: str, size: int) -> str:
@@ -152,15 +254,16 @@ def _wheel(folder: Path, name: str, version: str, size: int) -> str:
 def test_manifest_sizes_hashes_and_summary(tmp_path):
     big = _wheel(tmp_path, "sglang_kernel", "0.4.4", 3 * 2**20)
     small = _wheel(tmp_path, "transformers", "5.12.1", 1000)
-    plan = [helper.Planned("sglang-kernel", "0.4.4", None, big),
-            helper.Planned("transformers", "5.12.1", "5.17.0", None)]
+    plan = [helper.Planned("sglang-kernel", "0.4.4", None, big, "index", "sglang > xgrammar"),
+            helper.Planned("transformers", "5.12.1", "5.17.0", None, "index", "requested")]
     rows = helper.write_manifest(tmp_path, plan)
     lines = (tmp_path / "MANIFEST.tsv").read_text().splitlines()
     assert lines[0].split("\t") == list(helper.MANIFEST_FIELDS)
     assert lines[1].split("\t") == ["sglang-kernel", "0.4.4", "-",
-                                    "sglang_kernel-0.4.4-py3-none-any.whl", str(3 * 2**20), big]
+                                    "sglang_kernel-0.4.4-py3-none-any.whl", str(3 * 2**20), big,
+                                    "sglang > xgrammar"]
     assert lines[2].split("\t")[2:] == ["5.17.0", "transformers-5.12.1-py3-none-any.whl", "1000",
-                                        small]
+                                        small, "requested"]
     text = helper.summary(rows)
     assert text.splitlines()[0] == f"2 wheels, 3 MiB ({3 * 2**20 + 1000} bytes)"
     assert text.index("sglang_kernel") < text.index("transformers-5.12.1")
@@ -200,20 +303,15 @@ def test_pip_resolves_against_the_image_offline(tmp_path):
         _make_wheel(index, name, version, [])
     freeze = tmp_path / "freeze.txt"
     freeze.write_text("dep==1.5\nlib==1.0\nkept==1.0\n")
-    env_dir = tmp_path / "image"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
-    python = env_dir / "bin" / "python"
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig."
-                                "get_paths()['purelib'])"], capture_output=True, text=True,
-                               check=True).stdout.strip())
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")
+    python = _bare_venv(tmp_path / "image")
+    site = _purelib(python)
 
     def resolve(keep: str):
         helper.write_present(helper.read_freeze(freeze), site, tmp_path / "keep.txt", keep)
         return run([sys.executable, "-m", "pip", "--python", str(python), "install", "--dry-run",
                     "--no-index", "--find-links", str(index), "-c", str(tmp_path / "keep.txt"),
-                    "--report", str(tmp_path / "report.json"), "app"], env=env, timeout=120)
+                    "--report", str(tmp_path / "report.json"), "app"], env=_pip_env(),
+                   timeout=120)
 
     result = resolve("nothing-kept")
     assert result.returncode == 0, result.stderr
@@ -240,3 +338,137 @@ def test_begin_build_skips_a_wheelhouse_of_the_same_inputs(tmp_path):
     assert other.returncode == 0, other.stderr
     assert "built in .slime-wheelhouse-build." in other.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["wh"]  # the temporary folder removed
+
+
+def test_pip_resolves_the_env_wheels_over_the_slime_wheelhouse_offline(tmp_path):
+    """The slime wheelhouse's dep 2.0 replaces the image's 1.0 and is pinned: an app asking
+    dep>=2 plans only itself, one asking dep<2 cannot be resolved (never a second dep)."""
+    index = tmp_path / "index"
+    index.mkdir()
+    _make_wheel(index, "app", "1.0", ["dep>=2"])
+    _make_wheel(index, "old", "1.0", ["dep<2"])
+    for version in ("1.0", "2.0"):
+        _make_wheel(index, "dep", version, [])
+    freeze = _freeze(tmp_path, {"dep": "1.0"})
+    manifest = tmp_path / helper.MANIFEST
+    manifest.write_text("name\tversion\ndep\t2.0\n")
+    python = _bare_venv(tmp_path / "image")
+    site = _purelib(python)
+    assert helper.main(["present", str(freeze), str(site), str(tmp_path / "keep.txt"), "torch",
+                        "--over", str(manifest)]) == 0
+
+    def resolve(name: str):
+        return run([sys.executable, "-m", "pip", "--python", str(python), "install", "--dry-run",
+                    "--no-index", "--find-links", str(index), "-c", str(tmp_path / "keep.txt"),
+                    "--report", str(tmp_path / "report.json"), name], env=_pip_env(),
+                   timeout=120)
+
+    assert resolve("app").returncode == 0
+    report = json.loads((tmp_path / "report.json").read_text())
+    present, over = helper.read_present(freeze, manifest)
+    assert [(p.name, p.why) for p in helper.read_plan(report, present, "torch", over)] == [
+        ("app", "requested")]
+    refused = resolve("old")
+    assert refused.returncode != 0
+    assert "dep==2.0" in refused.stdout + refused.stderr
+
+
+def _bare_venv(folder: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    return folder / "bin" / "python"
+
+
+def _purelib(python: Path) -> Path:
+    return Path(run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                     "['purelib'])"]).stdout.strip())
+
+
+def _pip_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    return {**env, "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+
+def _git(folder: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(folder), "-c", "user.name=t", "-c",
+                           "user.email=t@example.org", *args], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def _repo(folder: Path) -> str:
+    """A git repository at `folder` with one commit; its short HEAD."""
+    folder.mkdir(parents=True, exist_ok=True)
+    _git(folder, "init", "-q")
+    _git(folder, "commit", "-q", "--allow-empty", "-m", "one")
+    return _git(folder, "rev-parse", "--short=8", "HEAD")
+
+
+@pytest.fixture
+def outer(tmp_path: Path) -> tuple[Path, str]:
+    """A repository that holds slime folders without being slime."""
+    return tmp_path / "outer", _repo(tmp_path / "outer")
+
+
+def test_slime_label_is_slime_s_own_commit(tmp_path, outer):
+    folder, outer_head = outer
+    pin = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD:slime"], capture_output=True,
+                         text=True, check=False).stdout.strip()[:8]
+    copy = folder / "slime-624b824a"  # a git archive copy
+    copy.mkdir()
+    assert helper.slime_label(copy, ROOT) == (
+        "624b824a" if pin in ("", "624b824a") else f"624b824a (not the pin {pin})")
+    plain = folder / "slime"
+    plain.mkdir()
+    assert helper.slime_label(plain, ROOT) == f"of unknown commit ({plain} is no git checkout)"
+    checkout = tmp_path / "checkout"
+    head = _repo(checkout)
+    assert helper.slime_label(checkout, checkout) == head  # no slime submodule there: no pin
+    assert helper.slime_label(checkout, ROOT).startswith(head)
+    assert outer_head not in helper.slime_label(copy, ROOT) + helper.slime_label(plain, ROOT)
+
+
+def test_requirements_header_names_slime_not_the_repository_holding_it(outer):
+    """Gap 6: the header's slime label came from the repository holding the slime folder."""
+    folder, outer_head = outer
+    house = folder / "house"
+    (folder / "slime").mkdir()
+    house.mkdir()
+    (house / helper.MANIFEST).write_text("\t".join(helper.MANIFEST_FIELDS) + "\n"
+                                         "dep\t1.0\t-\tdep-1.0-py3-none-any.whl\t3\tab12\tsglang\n")
+    script = (f'source "{SCRIPT}"; HOUSE="$1" SLIME_DIR="$2" BPY="{sys.executable}" '
+              'STAMP=abc; write_requirements; cat "$HOUSE/requirements.txt"')
+    result = run(["bash", "-c", script, "header", str(house), str(folder / "slime")])
+    assert result.returncode == 0, result.stderr
+    header = result.stdout.splitlines()[0]
+    assert outer_head not in header
+    assert f"slime of unknown commit ({folder / 'slime'} is no git checkout)" in header
+    assert result.stdout.splitlines()[1:] == [
+        "# inputs abc", "# offline, into the image's Python: python3 -m pip install --no-index "
+        "--no-deps", "#   --find-links <this folder> -r <this folder>/requirements.txt",
+        "dep==1.0 --hash=sha256:ab12"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--extras", "alfworld", "dest"], "--extras needs --env-wheels"),
+    (["--env-wheels", "/nonexistent", "dest"], "/nonexistent is no slime wheelhouse"),
+    (["--env-wheels", "{house}", "--extras", "a b", "dest"], "--extras: a,b,c"),
+    (["--env-wheels", "{house}", "--present", "{other}", "dest"], "built over another image"),
+])
+def test_env_wheels_argument_errors(args, message, tmp_path, slime_dir):
+    house = tmp_path / "house"
+    house.mkdir()
+    (house / helper.MANIFEST).write_text("name\tversion\n")
+    (house / "present.txt").write_text((ROOT / "scripts/lib/h200_image_freeze.txt").read_text())
+    (tmp_path / "other.txt").write_text("torch==2.11.0\n")
+    filled = [a.format(house=house, other=tmp_path / "other.txt") for a in args]
+    result = run(["bash", str(SCRIPT), "--slime-dir", str(slime_dir), *filled])
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_plan_file_round_trip(tmp_path):
+    plan = [helper.Planned("a", "1", None, None, "/tmp/x y/a-1-py3-none-any.whl",
+                           "evolving-rl[alfworld] > alfworld"),
+            helper.Planned("b", "2", "1", "ff", "index", "requested")]
+    path = tmp_path / "plan.txt"
+    path.write_text("".join(helper.plan_line(p) + "\n" for p in plan))
+    assert helper.read_plan_file(path) == plan
