@@ -83,6 +83,9 @@ RUNS = (
              r"round 1 cb-auto +: 16 new tokens .* max \|log-prob - reference\| \d\.\d\de-\d\d",
              rf"SUMMARY cpu float32 .* cb-auto/ours {RATIO} \(paired per round {RATIO}\), "
              r"qualifies (yes|no)"), smollm2=True),
+    TinyRun("rollout_sglang_vs_engine", ("--backends", "engine"),
+            (r"round 1 engine: 24 generated tokens \(expected 24\) in .* tok/s",
+             r"SUMMARY cpu float32 .* engine \d+\.\d tok/s"), smollm2=True),
     TinyRun("solver_probe", DATA_SETS,
             (r"verbatim : admissible replies \d\.\d\d of [1-9]",
              r"number   : admissible replies \d\.\d\d of [1-9]",
