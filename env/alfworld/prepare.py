@@ -1,9 +1,10 @@
 """Prompt datasets from ALFWorld game folders — official (`alfworld-download`) or generated alike.
 
 Owns the step from an ALFWORLD_DATA root to `<prepared_dir>/{train,train_seen,train_unseen,
-valid_seen,valid_unseen}.jsonl`. Games are discovered the way alfworld's `AlfredTWEnv` does: a
-folder under `json_2.1.1/<split>/` holding a `traj_data.json` of one of the six task types and a
-`game.tw-pddl` marked solvable (folders named `movable`/`Sliced` are skipped). One row per game:
+valid_seen,valid_unseen}.jsonl` and the config's `alfworld.subsets`. Games are discovered the way
+alfworld's `AlfredTWEnv` does: a folder under `json_2.1.1/<split>/` holding a `traj_data.json` of
+one of the six task types and a `game.tw-pddl` marked solvable (folders named `movable`/`Sliced`
+are skipped). One row per game:
 
     {"id": "train/<task folder>/<trial>", "question": <task sentence>, "prompt": <same>,
      "metadata": {"split": "train", "task_type": ..., "game": "json_2.1.1/.../game.tw-pddl",
@@ -11,11 +12,13 @@ folder under `json_2.1.1/<split>/` holding a `traj_data.json` of one of the six 
 
 The task sentence is the one the game states after "Your task is to: " (taken from the game's
 grammar). train = every train game; train_seen = the four training types; train_unseen =
-look_at_obj_in_light + pick_two_obj_and_place. Writes are atomic and the output depends only on
-the data, so re-running is idempotent, and a file already holding what would be written is left
-untouched (a rerun on unchanged data rewrites nothing); `manifest.json` holds counts per split
-and task type. A parquet copy is written next to each JSONL when pandas and pyarrow are
-installed (JSONL is the contract).
+look_at_obj_in_light + pick_two_obj_and_place. A subset (`alfworld.subsets`: name, split, games)
+is the first `games` rows of its split in the order written (sorted by id), unchanged; a split
+holding fewer is an error (`SubsetError`), raised before anything is written. Writes are atomic
+and the output depends only on the data, so re-running is idempotent, and a file already holding
+what would be written is left untouched (a rerun on unchanged data rewrites nothing);
+`manifest.json` holds counts per split and task type. A parquet copy is written next to each
+JSONL when pandas and pyarrow are installed (JSONL is the contract).
 
     python -m env.alfworld.prepare --config configs/local_cpu.yaml
 """
@@ -35,6 +38,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from evolving_rl.config import load_config
+from evolving_rl.config.schema import AlfworldSubset
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +61,10 @@ _TASK_RULE = re.compile(r'"rhs":\s*"Your task is to: ((?:[^"\\]|\\.)*)"')
 
 class MissingDataError(FileNotFoundError):
     """No ALFWorld games where they were looked for."""
+
+
+class SubsetError(ValueError):
+    """A subset asks for more games than its split holds."""
 
 
 @dataclass(frozen=True)
@@ -132,12 +140,22 @@ def discover_games(data_root: Path) -> dict[str, list[GameRow]]:
     return {split: sorted(rows, key=lambda r: r.id) for split, rows in games.items()}
 
 
-def output_splits(games: dict[str, list[GameRow]]) -> dict[str, list[GameRow]]:
+def output_splits(games: dict[str, list[GameRow]],
+                  subsets: tuple[AlfworldSubset, ...] = ()) -> dict[str, list[GameRow]]:
+    """The five splits, then each subset: the first `games` rows of its split."""
     train = games["train"]
-    return {"train": train,
-            "train_seen": [r for r in train if r.task_type in SEEN_TYPES],
-            "train_unseen": [r for r in train if r.task_type in UNSEEN_TYPES],
-            "valid_seen": games["valid_seen"], "valid_unseen": games["valid_unseen"]}
+    splits = {"train": train,
+              "train_seen": [r for r in train if r.task_type in SEEN_TYPES],
+              "train_unseen": [r for r in train if r.task_type in UNSEEN_TYPES],
+              "valid_seen": games["valid_seen"], "valid_unseen": games["valid_unseen"]}
+    for subset in subsets:
+        rows = splits[subset.split]
+        if len(rows) < subset.games:
+            raise SubsetError(f"subset {subset.name} takes the first {subset.games} games of "
+                              f"{subset.split}, which holds {len(rows)}: generate more "
+                              "(--per-type) or lower alfworld.subsets' games")
+        splits[subset.name] = rows[:subset.games]
+    return splits
 
 
 def _write_atomic(path: Path, text: str) -> bool:
@@ -159,10 +177,11 @@ def _write_parquet(path: Path, rows: list[dict]) -> None:
     os.replace(tmp, path)
 
 
-def prepare(data_root: str | Path, prepared_dir: str | Path) -> dict:
-    """Write the five JSONL splits and `manifest.json`; returns the manifest."""
+def prepare(data_root: str | Path, prepared_dir: str | Path,
+            subsets: tuple[AlfworldSubset, ...] = ()) -> dict:
+    """Write the five JSONL splits, the `subsets` and `manifest.json`; returns the manifest."""
     data_root, prepared_dir = Path(data_root), Path(prepared_dir)
-    splits = output_splits(discover_games(data_root))
+    splits = output_splits(discover_games(data_root), subsets)
     prepared_dir.mkdir(parents=True, exist_ok=True)
     with_parquet = all(importlib.util.find_spec(m) for m in ("pandas", "pyarrow"))
     manifest: dict = {"data_root": str(data_root), "splits": {}}
@@ -202,8 +221,8 @@ def main(argv: list[str] | None = None) -> None:
     cfg = load_config(args.config).alfworld
     data_root = resolve_data_root(args.data_root, cfg.data_root)
     try:
-        manifest = prepare(data_root, cfg.prepared_dir)
-    except MissingDataError as err:
+        manifest = prepare(data_root, cfg.prepared_dir, cfg.subsets)
+    except (MissingDataError, SubsetError) as err:
         raise SystemExit(f"error: {err}") from None
     for name, info in manifest["splits"].items():
         logger.info("%s: %d games %s", name, info["games"], info["by_task_type"])

@@ -1,23 +1,33 @@
-"""ALFWorld data preparation: splits, rows, discovery rules, idempotency, missing-data message."""
+"""ALFWorld data preparation: splits, rows, discovery rules, idempotency, missing-data message;
+subset splits (`alfworld.subsets`), among them the one-GPU profile's valid_small at the counts its
+header's data command generates."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
+from env.alfworld.generate import _parse_per_type
 from env.alfworld.prepare import (
     DATA_DIR,
     SEEN_TYPES,
+    TASK_TYPES,
     UNSEEN_TYPES,
     MissingDataError,
+    SubsetError,
     main,
     prepare,
     task_sentence,
 )
+from evolving_rl.config import ConfigError, load_config, parse_config
+from evolving_rl.config.schema import AlfworldSplit, AlfworldSubset
+from tests.profile_data import ROOT, header_commands
 
 OUTPUTS = ("train", "train_seen", "train_unseen", "valid_seen", "valid_unseen")
+ONE_GPU = ROOT / "configs/alfworld_1gpu.yaml"
 GRAMMAR = '"task": [{"rhs": "Your task is to: UNKNOWN GOAL."}]'
 
 
@@ -132,3 +142,65 @@ def test_prepares_generated_games(tmp_path):
             game = json.loads((root / row["metadata"]["game"]).read_text())
             assert f"Your task is to: {row['question']}" in game["grammar"]
             assert not row["question"].startswith("Your task is to")
+
+
+def _games_per_type(root: Path, counts: dict[str, int]) -> None:
+    """`counts[split]` hand-written games of every task type in each split."""
+    for split, count in counts.items():
+        for task_type in TASK_TYPES:
+            for i in range(count):
+                _write_game(root, split, f"{task_type}-Obj-None-Recep-{i}", task_type,
+                            f"{task_type} {i}")
+
+
+def test_subsets_are_the_first_games_of_their_split(tmp_path):
+    root = tmp_path / "data"
+    _games_per_type(root, {"train": 1, "valid_unseen": 3})
+    subsets = (AlfworldSubset("valid_short", "valid_unseen", 5),
+               AlfworldSubset("train_two", "train_seen", 2))
+    manifest = prepare(root, tmp_path / "prepared", subsets)
+    assert list(manifest["splits"]) == [*get_args(AlfworldSplit), "valid_short", "train_two"]
+    unseen = _rows(tmp_path / "prepared", "valid_unseen")
+    assert _rows(tmp_path / "prepared", "valid_short") == unseen[:5]
+    assert [r["id"] for r in unseen] == sorted(r["id"] for r in unseen)
+    assert _rows(tmp_path / "prepared", "train_two") == _rows(tmp_path / "prepared",
+                                                              "train_seen")[:2]
+    assert manifest["splits"]["valid_short"] == {
+        "games": 5, "by_task_type": {"look_at_obj_in_light": 3, "pick_and_place_simple": 2}}
+
+
+def test_a_subset_larger_than_its_split_fails_before_writing(tmp_path):
+    root = tmp_path / "data"
+    _games_per_type(root, {"train": 1, "valid_unseen": 1})
+    with pytest.raises(SubsetError, match="first 7 games of valid_unseen, which holds 6"):
+        prepare(root, tmp_path / "prepared", (AlfworldSubset("valid_small", "valid_unseen", 7),))
+    assert not (tmp_path / "prepared").exists()
+
+
+@pytest.mark.parametrize("subsets, words", [
+    ([{"name": "valid_seen", "split": "valid_unseen", "games": 2}], "names a prepared split"),
+    ([{"name": "a", "split": "train", "games": 1}, {"name": "a", "split": "train", "games": 2}],
+     "another subset"),
+    ([{"name": "../x", "split": "train", "games": 1}], "not a plain file name"),
+    ([{"name": "x", "split": "valid", "games": 1}], "must be one of"),
+    ([{"name": "x", "split": "train", "games": 0}], ">= 1"),
+])
+def test_subsets_are_validated(subsets, words):
+    with pytest.raises(ConfigError, match="alfworld.subsets") as err:
+        parse_config({"alfworld": {"subsets": subsets}})
+    assert words in str(err.value)
+
+
+def test_the_one_gpu_data_command_makes_valid_small_as_its_header_says(tmp_path):
+    """The header's --per-type counts over six types (hand-written games, no generation):
+    valid_small is the first 8 of valid_unseen's 24, 4 look_at_obj_in_light and 4
+    pick_and_place_simple."""
+    [command] = header_commands(ONE_GPU, "scripts/alfworld/prepare_data.sh")
+    counts = _parse_per_type(command.option("--per-type")[0])
+    assert counts == {"train": 8, "valid_seen": 2, "valid_unseen": 4}
+    _games_per_type(tmp_path / "data", counts)
+    manifest = prepare(tmp_path / "data", tmp_path / "prepared",
+                       load_config(ONE_GPU).alfworld.subsets)
+    assert manifest["splits"]["valid_small"] == {
+        "games": 8, "by_task_type": {"look_at_obj_in_light": 4, "pick_and_place_simple": 4}}
+    assert manifest["splits"]["valid_unseen"]["games"] == 24

@@ -16,7 +16,7 @@ OVERLAY_CHECKS = Path(__file__).resolve().parent / "overlay"
 pytestmark = pytest.mark.end_to_end
 # at least this many tests per module (a module that collects nothing fails)
 MODULES = {"check_launch_args.py": 10, "check_loss.py": 6, "check_megatron_spec.py": 6,
-           "check_rollout_manager.py": 4}
+           "check_rollout_manager.py": 4, "check_web_one_gpu.py": 5}
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

@@ -17,8 +17,9 @@ section's docstring documents its own fields).
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 from evolving_rl.config.loader import ConfigError
 from evolving_rl.core.audit import AuditConfig
@@ -27,12 +28,16 @@ from evolving_rl.core.rewards import RewardSettings
 from evolving_rl.core.roles import RoleCoefficients
 
 LOOPBACK = "127.0.0.1"
+_FILE_NAME = re.compile(r"[A-Za-z0-9_-]+")
 
 
 #: The six ALFWorld task types (ALFRED's names; env/alfworld/prepare.py TASK_TYPES, test-checked).
 AlfworldTaskType = Literal[
     "pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
     "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place"]
+
+#: The five splits env/alfworld/prepare.py writes (output_splits; test-checked).
+AlfworldSplit = Literal["train", "train_seen", "train_unseen", "valid_seen", "valid_unseen"]
 
 #: The evaluation protocols the local job can run in-job (`pipeline.evaluation.EvalProtocol`
 #: but `library`, which needs a persisted library: scripts/alfworld/eval.sh; test-checked).
@@ -219,6 +224,19 @@ class EpisodeServerSettings(ServerSettings):
 
 
 @dataclass(frozen=True)
+class AlfworldSubset:
+    """A prepared split cut from another by env.alfworld.prepare: the first games of that split
+    in its prepared order (sorted by id), rows unchanged."""
+
+    # The subset's file, <prepared_dir>/<name>.jsonl.
+    name: str
+    # The prepared split it is cut from, and how many of its first games it holds (fewer there:
+    # the preparation fails).
+    split: AlfworldSplit
+    games: int = bounded(1, ge=1)
+
+
+@dataclass(frozen=True)
 class AlfworldConfig(EpisodeServerSettings):
     """ALFWorld data location and router + worker servers."""
 
@@ -228,6 +246,8 @@ class AlfworldConfig(EpisodeServerSettings):
     capacity: int = section_default(EpisodeServerSettings, "capacity", 600)
     data_root: str = "data/alfworld"
     prepared_dir: str = "data/alfworld/prepared"
+    # Subset splits the preparation writes beside the five (e.g. a short evaluation split).
+    subsets: tuple[AlfworldSubset, ...] = ()
     # The router's port, the one address clients use; worker i listens on worker_base_port + i.
     port: int = bounded(8100, ge=1, le=65535)
     worker_base_port: int = bounded(8101, ge=1, le=65535)
@@ -258,6 +278,12 @@ class AlfworldConfig(EpisodeServerSettings):
     def validate(self) -> None:
         if self.port in range(self.worker_base_port, self.worker_base_port + self.n_workers):
             raise ConfigError("port", "collides with a worker port")
+        names = [subset.name for subset in self.subsets]
+        for name in names:
+            if name in get_args(AlfworldSplit) or names.count(name) > 1:
+                raise ConfigError("subsets", f"{name!r} names a prepared split or another subset")
+            if not _FILE_NAME.fullmatch(name):
+                raise ConfigError("subsets", f"{name!r} is not a plain file name")
 
 
 @dataclass(frozen=True)

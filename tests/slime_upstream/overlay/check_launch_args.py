@@ -129,9 +129,14 @@ def one_gpu(request, pins, tmp_path_factory):
     (folder / "cache.npz").write_text("")
     config = folder / "alfworld_1gpu.yaml"
     config.write_text(yaml.safe_dump(values))
-    overrides = {**one_gpu_environment(), "MODEL_DIR": str(model)}
+    environment = one_gpu_environment()
+    prepared = folder / "prepared"  # the splits the header names (valid_small: alfworld.subsets)
+    prepared.mkdir()
+    for split in ("train_seen", *environment["EVAL_SPLITS"].split()):  # TRAIN_SPLIT's default
+        (prepared / f"{split}.jsonl").write_text("")
     argv = submitted_argv(ROOT / "scripts/alfworld/train_alfworld.sh", folder, slime, megatron,
-                          config=config, overrides=overrides, args=request.param)
+                          config=config, prepared=prepared,
+                          overrides={**environment, "MODEL_DIR": str(model)}, args=request.param)
     args, _, ran = slime_parse(argv)
     return request.param, argv, args, ran
 
