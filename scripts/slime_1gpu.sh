@@ -14,7 +14,9 @@
 #               repo's dev venv, scripts/upstream_overlay.sh provides SGLang)
 #   --method M  one method of the learning comparison (profile learn: evolving, grpo_baseline)
 # The wheels a GPU image lacks are installed before (README, "Training with slime"). PYTHON
-# [.venv/bin/python when present, else python3] runs the recipe and the launchers.
+# [.venv/bin/python when present, else python3] runs the recipe and the launchers. The caller's
+# SGLANG_MEM_FRACTION, MAX_TOKENS_PER_GPU, NUM_ROLLOUT, EVAL_INTERVAL and SAVE_INTERVAL replace the
+# profile's (e.g. SGLANG_MEM_FRACTION=0.25 on an 80 GB GPU).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/lib/usage.sh" "$@"

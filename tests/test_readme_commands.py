@@ -74,7 +74,11 @@ HELP_FORM: dict[str, str] = {
         SERVERS,
     "PYTHONPATH=. .venv/bin/python -m env.retrieval.launcher start --config "
     "configs/local_cpu.yaml": SERVERS,
-    "scripts/models/convert_hf_to_torch_dist.sh": SLIME,
+    "bash scripts/slime_1gpu.sh --dry-run": "slime's sources and SGLang importable "
+        "(tests/slime/test_recipe.py runs it with ../shared/upstream)",
+    "bash scripts/slime_1gpu.sh": SLIME,
+    "bash scripts/slime_1gpu.sh --profile learn": SLIME,
+    "bash scripts/slime_1gpu.sh --profile web": SLIME,
     "scripts/alfworld/train_alfworld.sh": SLIME,
     "scripts/web/train_web.sh": SLIME,
     "bash scripts/alfworld/eval.sh --local runs/local_cpu/checkpoints/step_0003 --config "
@@ -108,7 +112,6 @@ HELP_FORM: dict[str, str] = {
 }
 NOT_RUN: dict[str, str] = {
     "bash scripts/test.sh": "the suite that holds this test (its --help is pytest's)",
-    "git submodule update --init slime": "the network, and it changes the checkout",
 }
 
 # The skill library written here: like the default run's (3 steps x 3 source tasks x 2 skills of

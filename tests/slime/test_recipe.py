@@ -144,3 +144,12 @@ def _remote_in(folder: Path) -> None:
     _git(folder, "init", "-q")
     _git(folder, "add", "-A")
     _git(folder, "commit", "-q", "-m", "not the pin")
+
+
+def test_the_callers_sizes_replace_the_profiles_and_nothing_else(monkeypatch):
+    step = plan(PROFILES["learn"])[-1]
+    monkeypatch.setenv("SGLANG_MEM_FRACTION", "0.25")
+    monkeypatch.setenv("CONFIG", "configs/other.yaml")
+    env = recipe_run._environment(step)
+    assert env["SGLANG_MEM_FRACTION"] == "0.25" and env["CONFIG"] == PROFILES["learn"].config
+    assert env["PYTHON"] == sys.executable

@@ -87,7 +87,7 @@ def _step(name: str, why: str, command: str, *outputs: str, **env: str) -> Step:
 ALFWORLD_DATA = (
     _step("data", "6 task types of generated games in the official layout; valid_small",
           "bash scripts/alfworld/prepare_data.sh --generate --config configs/alfworld_1gpu.yaml"
-          " --per-type train=8,valid_seen=2,valid_unseen=4",
+          " --per-type train=8,valid_seen=2,valid_unseen=4 --seed 0",
           "data/alfworld/prepared/train_seen.jsonl", "data/alfworld/prepared/valid_small.jsonl"),
 )
 PROFILES = {
@@ -110,10 +110,24 @@ PROFILES = {
                "data/alfworld_small/prepared/train.jsonl",
                "data/alfworld_small/prepared/valid_unseen.jsonl"),),
         "data/retrieval/alfworld_small_minilm.npz",
-        {"NUM_ROLLOUT": "8", "EVAL_INTERVAL": "8", "SAVE_INTERVAL": "0",
+        {"NUM_ROLLOUT": "8", "EVAL_INTERVAL": "4", "SAVE_INTERVAL": "0",
          "PREPARED_DIR": "data/alfworld_small/prepared", "TRAIN_SPLIT": "train",
          "EVAL_SPLITS": "valid_unseen"},
         flags=(*TE_FREE, "--use-tensorboard"), methods=("evolving", "grpo_baseline")),
+    # Mind2Web through train_web.sh: generated tasks in the official layout, 2 optimiser steps,
+    # a checkpoint each, then scripts/web/eval.sh --torch-dist on the last.
+    "web": Profile(
+        "web", "configs/web_1gpu.yaml", "scripts/web/train_web.sh", "data/mind2web_1gpu/prepared",
+        (_step("data", "40 generated tasks in the official layout: train and the 3 test splits",
+               "bash scripts/web/prepare_data.sh --generate --tasks 40 --seed 0"
+               " --config configs/web_1gpu.yaml",
+               "data/mind2web_1gpu/prepared/train.jsonl",
+               "data/mind2web_1gpu/prepared/test_task.jsonl"),),
+        "data/retrieval/mind2web_1gpu_minilm.npz",
+        {"NUM_ROLLOUT": "2", "SAVE_INTERVAL": "1", "EVAL_INTERVAL": "2",
+         "EVAL_SPLITS": "test_task", "PREPARED_DIR": "data/mind2web_1gpu/prepared"},
+        evaluation=("bash", "scripts/web/eval.sh", "--config", "configs/web_1gpu.yaml",
+                    "--splits", "test_task", "--limit", "4")),
 }
 
 
@@ -156,10 +170,12 @@ def plan(profile: Profile, *, slime_dir: str = "slime",
     launches = [launch_step(profile, m, slime_dir=slime_dir, megatron_dir=megatron_dir)
                 for m in (profile.methods or (None,))]
     steps = [_upstream(slime_dir, megatron_dir), *_model(), *profile.data, cache, *launches]
-    if profile.evaluation:
+    if profile.evaluation:  # slime's converter imports slime and Megatron-LM
+        path = {"PYTHONPATH": f"{megatron_dir}:{slime_dir}:src"}
         steps.append(Step("eval", "the last checkpoint through slime's converter and SGLang",
                           (*profile.evaluation, "--torch-dist",
-                           f"{profile.run_dir(None)}/checkpoints/latest", "--hf-base", MODEL)))
+                           f"{profile.run_dir(None)}/checkpoints/latest", "--hf-base", MODEL),
+                          (), path))
     return steps
 
 

@@ -38,9 +38,17 @@ log = logging.getLogger("slime_1gpu")
 OVERLAY = (ROOT / ".venv" / "upstream-overlay", ROOT / "tests" / "slime_upstream" / "stand_ins")
 
 
+# The launch's sizes a caller may set in the environment over the profile's (another GPU's
+# memory, a shorter run); everything else of a step's environment is the profile's.
+TUNABLE = ("SGLANG_MEM_FRACTION", "MAX_TOKENS_PER_GPU", "NUM_ROLLOUT", "EVAL_INTERVAL",
+           "SAVE_INTERVAL")
+
+
 def _environment(step: Step, extra_path: list[str] | None = None) -> dict[str, str]:
-    """The step's environment; the launchers' Python is this one (PYTHON)."""
-    env = {"PYTHON": sys.executable, **os.environ, **step.env}
+    """The step's environment, tunable sizes from the caller's; the launchers' Python is this
+    one (PYTHON)."""
+    tuned = {key: os.environ[key] for key in TUNABLE if key in os.environ and key in step.env}
+    env = {"PYTHON": sys.executable, **os.environ, **step.env, **tuned}
     if extra_path:
         env["PYTHONPATH"] = os.pathsep.join([*extra_path, env.get("PYTHONPATH", "")]).strip(":")
     return env
