@@ -35,7 +35,8 @@ from evolving_rl.slime_bridge.recipe import (
 log = logging.getLogger("slime_1gpu")
 # The dev venv's CPU stand-ins for the GPU image's SGLang (scripts/upstream_overlay.sh) and
 # torchvision (tests/slime_upstream/stand_ins: none matches the CPU torch), as the suite uses them.
-OVERLAY = (ROOT / ".venv" / "upstream-overlay", ROOT / "tests" / "slime_upstream" / "stand_ins")
+# The overlay lives in the venv this Python runs in (scripts/upstream_overlay.sh: $VENV).
+OVERLAY = (Path(sys.prefix) / "upstream-overlay", ROOT / "tests" / "slime_upstream" / "stand_ins")
 
 
 # The launch's sizes a caller may set in the environment over the profile's (another GPU's
