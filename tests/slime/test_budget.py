@@ -1,5 +1,5 @@
 """The device-time budget of a one-GPU slime launch (`slime_bridge.budget`) and the learning
-profile it shapes (configs/alfworld_1gpu_learn.yaml)."""
+profile it shapes (configs/alfworld_1gpu_learn.yaml, launched by the recipe's `learn`)."""
 
 from __future__ import annotations
 
@@ -12,48 +12,74 @@ import pytest
 from evolving_rl.config import load_config
 from evolving_rl.slime_bridge import budget
 from evolving_rl.slime_bridge.budget import MEASURED, Measured, Plan, budget_lines, plan_of
+from evolving_rl.slime_bridge.recipe import PROFILES, plan
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = ROOT / "configs" / "alfworld_1gpu_learn.yaml"
 LOCAL = ROOT / "configs" / "local_gpu_qwen.yaml"
+LEARN = PROFILES["learn"]
 
 
-def test_the_plan_is_the_profiles_episode_budget_per_method():
-    config = load_config(PROFILE)
-    full, base = plan_of(config, "evolving"), plan_of(config, "grpo_baseline")
+def _plan(method: str, **sizes) -> Plan:
+    return plan_of(load_config(PROFILE), LEARN, method, **sizes)
+
+
+def test_the_plan_is_the_recipes_launch_and_the_profiles_episode_budget():
+    full, base = _plan("evolving"), _plan("grpo_baseline")
     assert (full.episodes, full.extractions, full.samples) == (72, 32, 104)
     assert (base.episodes, base.extractions, base.samples) == (72, 0, 72)
-    assert full.steps == base.steps == 8 and full.eval_cases == 16
-    assert plan_of(config, steps=3, eval_cases=5) == Plan("evolving", 3, 72, 32, 5)
+    assert full.steps == base.steps == 8 and full.eval_interval == 4 and full.evals_after == 2
+    assert full.eval_cases == 48
+    assert _plan("evolving", steps=3, eval_cases=5) == Plan("evolving", 3, 4, 72, 32, 5)
+    assert budget.recipe_profile(PROFILE) is LEARN
+
+
+def test_a_profile_that_saves_checkpoints_or_launches_nothing_is_refused():
+    with pytest.raises(ValueError, match="saves checkpoints"):
+        budget.recipe_profile(ROOT / PROFILES["alfworld"].config)
+    with pytest.raises(ValueError, match="no recipe profile"):
+        budget.recipe_profile(LOCAL)
 
 
 def test_lines_are_the_measured_numbers_and_their_products():
-    plan = Plan("evolving", steps=2, episodes=36, extractions=16, eval_cases=10)
+    plan = Plan("evolving", steps=5, eval_interval=2, episodes=36, extractions=16, eval_cases=10)
     lines = {line.part: line.seconds for line in budget_lines(MEASURED, plan)}
-    assert lines["carry 2.7 GB of wheels and weights"] == pytest.approx(2.7 / (2.6 / 259))
-    assert lines["setup"] == 118 and lines["HF -> torch_dist conversion"] == 56
-    assert lines["eval before (10 cases)"] == pytest.approx(10 * 162 / 64)
-    # rollout: the local step's 48.6 s scaled by 36 of its 72 episodes; train: 52 samples of
-    # 2622.7 tokens at slime's 12 x 2622.7 tokens in 6.03 s; push 0.1 s.
-    step = 48.6 * 36 / 72 + 52 * 6.03 / 12 + 0.1
-    assert lines["2 steps x (rollout + train + weight push)"] == pytest.approx(2 * step)
+    assert lines["one failed machine start"] == 90 and lines["setup"] == 59
+    assert lines["carry 3.3 GB of wheels and weights"] == 286
+    assert lines["eval before training (10 cases; the first: cold)"] == pytest.approx(
+        132 - 18 + 10 * 18 / 48)
+    assert lines["2 evals after every 2 steps (10 cases each)"] == pytest.approx(2 * 10 * 18 / 48)
+    # the baseline's measured rollout 8.8 s and train 24.0 s of 72 samples, scaled to 52; push
+    step = (8.8 + 24.0) * 52 / 72 + 0.14
+    assert lines["5 steps x (rollout + train + weight push)"] == pytest.approx(5 * step)
+    assert lines["first step's warm-up"] == pytest.approx(16.0)
+    assert not any("conversion" in part or "checkpoint" in part for part in lines)
     assert budget.total_s(budget_lines(MEASURED, plan)) == pytest.approx(sum(lines.values()))
 
 
+def test_the_budget_of_the_measured_launch_errs_long_by_under_a_tenth():
+    """The launch of the report (grpo_baseline, NUM_ROLLOUT=6, EVAL_INTERVAL=3) took 698 s from
+    its start to its exit; the budget of that launch is no shorter and not 10% longer."""
+    plan = dataclasses.replace(_plan("grpo_baseline", steps=6), eval_interval=3)
+    launch = [line for line in budget_lines(MEASURED, plan)
+              if line.part not in ("one failed machine start", "setup", "polling between device "
+                                   "calls") and not line.part.startswith("carry")]
+    assert 698 <= budget.total_s(launch) <= 698 * 1.1
+
+
 def test_every_method_launch_of_the_profile_fits_30_minutes_with_the_reserve():
-    config = load_config(PROFILE)
     for method in budget.METHODS:
-        plan = plan_of(config, method)
+        plan = _plan(method)
         total = budget.total_s(budget_lines(MEASURED, plan))
         assert total <= budget.LIMIT_S - budget.RESERVE_S, (method, total)
         assert budget.max_steps(MEASURED, plan, reserve_s=budget.RESERVE_S) >= plan.steps
-    # one more step of the full method would not keep the reserve
-    longer = plan_of(config, "evolving", steps=9)
-    assert budget.total_s(budget_lines(MEASURED, longer)) > budget.LIMIT_S - budget.RESERVE_S
+    # the evolving step is the baseline's scaled, and says it is an estimate
+    step = {line.part: line for line in budget_lines(MEASURED, _plan("evolving"))}
+    assert step["8 steps x (rollout + train + weight push)"].basis.startswith("ESTIMATED")
 
 
 def test_max_steps_is_the_largest_count_that_fits():
-    plan = plan_of(load_config(PROFILE), "evolving")
+    plan = _plan("evolving")
     n = budget.max_steps(MEASURED, plan)
     fits = [budget.total_s(budget_lines(MEASURED, dataclasses.replace(plan, steps=k)))
             <= budget.LIMIT_S for k in (n, n + 1)]
@@ -63,11 +89,10 @@ def test_max_steps_is_the_largest_count_that_fits():
 
 
 def test_the_profile_header_table_is_what_the_module_prints():
-    """The header's totals and step lines come from the arithmetic, not by hand."""
+    """The header's totals and lines come from the arithmetic, not by hand."""
     header = PROFILE.read_text()
-    config = load_config(PROFILE)
     for index, method in enumerate(budget.METHODS):
-        lines = budget_lines(MEASURED, plan_of(config, method))
+        lines = budget_lines(MEASURED, _plan(method))
         for line in lines:
             row = re.search(rf"\| {re.escape(line.part)} +\|([^|]+)\|([^|]+)\|", header)
             assert row, line.part
@@ -75,6 +100,15 @@ def test_the_profile_header_table_is_what_the_module_prints():
         total = re.search(r"\| total \(of 1800 s\) +\|([^|]+)\|([^|]+)\|", header)
         assert int(total.group(index + 1).strip().removesuffix(" s")) == round(
             budget.total_s(lines))
+
+
+def test_the_profile_header_gives_the_recipes_data_cache_and_launch():
+    header = re.sub(r" \\\n# +", " ", PROFILE.read_text())  # continuation lines
+    steps = {step.name: step for step in plan(LEARN)}
+    assert f"#   {steps['data'].shell()}\n" in header
+    assert f"#   {steps['cache'].shell()}\n" in header
+    for key in ("NUM_ROLLOUT", "EVAL_INTERVAL", "SAVE_INTERVAL", "EVAL_SPLITS"):
+        assert f"{key}={LEARN.env[key]}" in header, key
 
 
 def test_the_profile_plays_the_local_profiles_games_budget_and_loss():
@@ -86,14 +120,18 @@ def test_the_profile_plays_the_local_profiles_games_budget_and_loss():
                                                           local.loss)
     assert slime.alfworld == local.alfworld
     assert dataclasses.replace(slime.retrieval, device="cuda") == local.retrieval
-    assert slime.local.n_eval_games == local.local.n_eval_games
     assert (slime.local.model, slime.local.games_per_type) == (local.local.model,
                                                                local.local.games_per_type)
+    # the local compare runs the slime launch's steps and held-out games: all of valid_unseen
+    assert slime.local.train_steps == int(LEARN.env["NUM_ROLLOUT"])
+    assert LEARN.env["EVAL_SPLITS"] == "valid_unseen" and slime.local.eval_repeats == 1
+    types = len(slime.alfworld.generator_task_types)
+    assert slime.local.n_eval_games == slime.local.games_per_type * types == 48
 
 
 def test_main_prints_the_table_and_fails_a_plan_over_the_limit(capsys):
     assert budget.main(["--config", str(PROFILE)]) == 0
     printed = capsys.readouterr().out
     assert "| 8 steps x (rollout + train + weight push) |" in printed
-    assert "evolving 8, grpo_baseline 9" in printed
-    assert budget.main(["--config", str(PROFILE), "--steps", "20"]) == 1
+    assert "evolving 14, grpo_baseline 20" in printed
+    assert budget.main(["--config", str(PROFILE), "--steps", "30"]) == 1

@@ -1,33 +1,36 @@
 """The device-time budget of one slime launch on one GPU from a bare machine (issue 41 §2).
 
 Owns the arithmetic: `Measured` numbers (each with where it was measured), `MEASURED` (the
-one-GPU slime reports of 2026-12-03/04 and the local backend's learning-curve report of
-2026-12-02), a `Plan` read from a profile (steps, source tasks and episodes a step, held-out
-cases), `budget_lines` (one line per part of a launch, with its basis), `max_steps` (the most
-steps that fit, keeping a reserve) and `python -m evolving_rl.slime_bridge.budget --config X`,
-which prints the table for each method and exits 1 when a method does not fit.
+`grpo_baseline` launch of the learn profile on one H100, 2026-12-05), a `Plan` of one launch
+(steps and slime's evaluation interval from the recipe's profile, per step the solver episodes,
+extractions and trained samples of the config's pipeline, the held-out cases), `budget_lines`
+(one line per part of a launch, with its basis), `max_steps` (the most steps that fit, keeping a
+reserve) and `python -m evolving_rl.slime_bridge.budget --config X`, which prints the table for
+each method and exits 1 when a method does not fit.
 
-Rollout seconds a step are the local backend's (no slime launch has played this profile's 72
-episodes a step): the slowest of its 10-step runs of configs/local_gpu_qwen.yaml on one H200,
-its training included and the GPU shared by six runs, scaled by the step's episodes. Train
-seconds come from slime's own step on one H200 (all its stages: reference and old log-probs,
-actor training), scaled by the step's tokens: samples a step x the measured mean tokens of a
-sample (episodes that ran all 20 turns: none was won). Both err long.
+Every part was measured on `grpo_baseline`'s launch except the `evolving` step, which has not
+run: its rollout and train seconds are the baseline's scaled by its samples (72 episodes + 32
+extractions = 104 against the baseline's 72), an estimate. Its extractions run between the
+source and the retrieved episodes, as in the evaluation's reference protocol, whose later
+evaluations (96 episodes + 48 extractions) took 15-18 s, so its rollout may take ~5 s more than
+the estimate; the reserve covers that. The budget has no checkpoint line: it budgets launches
+that save nothing (SAVE_INTERVAL=0, `slime_bridge.args`), and refuses a profile that saves.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import dataclasses
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from evolving_rl.config import Config, load_config
+from evolving_rl.slime_bridge.recipe import PROFILES, ROOT, Profile
 
-TRAINING = "docs/results/2026-12-04-slime-one-gpu-training.md"
-LOCAL = "docs/results/2026-12-02-learning-curve-0.5b.md"
+LEARNS = "docs/results/2026-12-05-slime-learns-one-gpu.md"
 LIMIT_S = 1800.0
-# What a profile keeps to spare for estimates this rough (`max_steps` in the printed table).
+# What a profile keeps to spare for the estimated evolving step (`max_steps` in the table).
 RESERVE_S = 120.0
 METHODS = ("evolving", "grpo_baseline")
 
@@ -44,66 +47,60 @@ class Measured:
 class MeasuredInputs:
     """What the budget is made of; defaults in `MEASURED`."""
 
+    failed_start_s: Measured
     carry_gb: Measured
-    carry_gb_per_s: Measured
+    carry_s: Measured
     setup_s: Measured
-    conversion_s: Measured
-    launch_to_first_rollout_s: Measured
-    teardown_s: Measured
-    polling_s: Measured
-    # The local backend's seconds a step, and the solver episodes of that step.
-    local_step_s: Measured
-    local_step_episodes: Measured
-    # slime's train seconds of one step, its samples and their mean tokens.
-    slime_train_s: Measured
-    slime_train_samples: Measured
-    sample_tokens: Measured
+    launch_to_first_eval_s: Measured
+    # The first evaluation's seconds beyond a later one's, and seconds a case of a later one.
+    first_eval_extra_s: Measured
+    eval_case_s: Measured
+    # A measured step: its rollout, its training and their samples (solver episodes).
+    rollout_s: Measured
+    train_s: Measured
+    step_samples: Measured
     first_step_warmup_s: Measured
     weight_push_s: Measured
-    checkpoint_s: Measured
-    # Seconds an evaluation case (with and without skill) takes, and its basis.
-    eval_case_s: Measured
-
-    @property
-    def train_tokens_per_s(self) -> float:
-        return (self.slime_train_samples.value * self.sample_tokens.value
-                / self.slime_train_s.value)
+    teardown_s: Measured
+    polling_s: Measured
 
 
 MEASURED = MeasuredInputs(
-    carry_gb=Measured(2.7, "wheelhouse (numpy 1) + 31 env wheels + 0.5B model, issue 41"),
-    carry_gb_per_s=Measured(2.6 / 259, f"{TRAINING}: 2.6 GB in 46 calls, 259 s"),
-    setup_s=Measured(118.0, f"{TRAINING}: device time, setup"),
-    conversion_s=Measured(56.0, f"{TRAINING}: HF -> torch_dist conversion"),
-    launch_to_first_rollout_s=Measured(
-        233.0, f"{TRAINING}: SGLang up 3 min 40 s after the launch, rollout 0 13 s later "
-               "(train_excerpt.log 16:48:01 -> 16:48:14)"),
-    teardown_s=Measured(16.0, f"{TRAINING}: job end 16:49:28 -> everything stopped 16:49:44"),
-    polling_s=Measured(56.0, f"{TRAINING}: 1,274 s of device time less its parts"),
-    local_step_s=Measured(48.6, f"{LOCAL}: slowest run's 10 steps 8.1 min, training "
-                                "included, one H200 shared by six runs"),
-    local_step_episodes=Measured(72.0, f"{LOCAL}: 8 x (1 + 4 x 2) solver episodes a step"),
-    slime_train_s=Measured(6.03, f"{TRAINING} metrics.jsonl: perf/train_time, step 1"),
-    slime_train_samples=Measured(12.0, f"{TRAINING}: 12 samples a step"),
-    sample_tokens=Measured(2622.7, f"{TRAINING} metrics.jsonl: rollout/total_lengths, step 1 "
-                                   "(20-turn episodes: none won)"),
-    first_step_warmup_s=Measured(8.9, f"{TRAINING} metrics.jsonl: perf/train_time 14.9 s at "
-                                      "step 0 against 6.0 s at step 1"),
-    weight_push_s=Measured(0.1, f"{TRAINING}: update_weights 0.1 s"),
-    checkpoint_s=Measured(20.7, f"{TRAINING} metrics.jsonl: perf/save_model_time (slime saves "
-                                "the last rollout whatever SAVE_INTERVAL)"),
-    eval_case_s=Measured(162.0 / 64, f"{LOCAL}: eval before <= 2.7 min for 16 games x 4 "
-                                     "repeats (64 cases), one H200 shared"),
+    failed_start_s=Measured(90.0, f"{LEARNS}: three failed machine starts cost 91 + 90 + 90 s "
+                                  "before the run; room for one"),
+    carry_gb=Measured(3.3, "slime wheelhouse 2.0 GB, HF model 1.2 GB, env wheels 140 MiB, "
+                           "uv 17 MB, slime + Megatron sources 14 MB, data 7 MB"),
+    carry_s=Measured(286.0, f"{LEARNS}: 63 calls of 54 MiB, held_s 334 -> 620 (4.6 s a call)"),
+    setup_s=Measured(59.0, f"{LEARNS}: untar, uv install of 173 slime + 29 env wheels, "
+                           "import check"),
+    launch_to_first_eval_s=Measured(
+        312.0, f"{LEARNS}: servers, Ray, Megatron actor and reference loaded from the HF folder "
+               "(no torch_dist conversion), SGLang with CUDA graphs, until eval 0 starts"),
+    first_eval_extra_s=Measured(132.0 - 18.0, f"{LEARNS}: eval 0 took 132 s, the later evals "
+                                              "of the same 48 games 18 s and 15 s"),
+    eval_case_s=Measured(18.0 / 48, f"{LEARNS}: the slower later eval, 18 s for 48 games "
+                                    "(no-skill episode, extraction, with-skill episode)"),
+    rollout_s=Measured(8.8, f"{LEARNS}: the slowest rollout of 6 steps (5.6-8.8 s)"),
+    train_s=Measured(24.0, f"{LEARNS}: the slowest train of steps 2-6 (20.6, 24.0, 23.8, "
+                           "21.2, 19.8 s; reference log-probs 4-6 s included)"),
+    step_samples=Measured(72.0, f"{LEARNS}: grpo_baseline's 72 solver episodes a step"),
+    first_step_warmup_s=Measured(40.0 - 24.0, f"{LEARNS}: step 1 trained in 40.0 s (reference "
+                                              "log-probs 12.7 s) against 24.0 s later"),
+    weight_push_s=Measured(0.14, f"{LEARNS}: update_weights 0.12-0.14 s"),
+    teardown_s=Measured(26.0, f"{LEARNS}: the last eval's end to the launch's exit"),
+    polling_s=Measured(0.0, f"{LEARNS}: none beyond the held time, with device calls back to "
+                            "back (a pause over 30 s gives the machine back)"),
 )
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What one launch runs: steps, and per step its solver episodes, extractions and trained
-    samples; the cases of each held-out evaluation (before and after)."""
+    """What one launch runs: steps and slime's evaluation interval; per step its solver
+    episodes, extractions and trained samples; the cases of each held-out evaluation."""
 
     method: str
     steps: int
+    eval_interval: int
     episodes: int
     extractions: int
     eval_cases: int
@@ -112,18 +109,37 @@ class Plan:
     def samples(self) -> int:
         return self.episodes + self.extractions
 
+    @property
+    def evals_after(self) -> int:
+        """slime evaluates before training and after every `eval_interval`-th step
+        (slime/train.py:47-48 and 93-94, slime/utils/misc.py:127-128)."""
+        return self.steps // self.eval_interval
 
-def plan_of(config: Config, method: str | None = None, steps: int | None = None,
-            eval_cases: int | None = None) -> Plan:
-    """The plan of a profile: `local.train_steps` steps (the launch's NUM_ROLLOUT), the
+
+def recipe_profile(config_path: str | Path) -> Profile:
+    """The recipe's profile that launches `config_path`; it must save nothing (module doc)."""
+    wanted = Path(config_path).resolve()
+    found = [p for p in PROFILES.values() if (ROOT / p.config).resolve() == wanted]
+    if not found:
+        raise ValueError(f"no recipe profile launches {config_path}")
+    if found[0].env.get("SAVE_INTERVAL") != "0":
+        raise ValueError(f"profile {found[0].name} saves checkpoints: not budgeted here")
+    return found[0]
+
+
+def plan_of(config: Config, profile: Profile, method: str | None = None,
+            steps: int | None = None, eval_cases: int | None = None) -> Plan:
+    """The plan of a launch: the profile's NUM_ROLLOUT steps and EVAL_INTERVAL, the config
     pipeline's episode budget, `local.n_eval_games` x `local.eval_repeats` held-out cases."""
     pipe = config.pipeline
     method = method or pipe.method
-    grid = pipe.n_skills * pipe.top_k * pipe.n_repeats
     tasks = pipe.source_tasks_per_rollout
     extractions = tasks * pipe.n_skills if method == "evolving" else 0
-    return Plan(method=method, steps=config.local.train_steps if steps is None else steps,
-                episodes=tasks * (1 + grid), extractions=extractions,
+    return Plan(method=method,
+                steps=int(profile.env["NUM_ROLLOUT"]) if steps is None else steps,
+                eval_interval=int(profile.env["EVAL_INTERVAL"]),
+                episodes=tasks * (1 + pipe.n_skills * pipe.top_k * pipe.n_repeats),
+                extractions=extractions,
                 eval_cases=(config.local.n_eval_games * config.local.eval_repeats
                             if eval_cases is None else eval_cases))
 
@@ -137,41 +153,55 @@ class Line:
     basis: str
 
 
-def rollout_s(inputs: MeasuredInputs, plan: Plan) -> float:
-    return inputs.local_step_s.value * plan.episodes / inputs.local_step_episodes.value
-
-
-def train_s(inputs: MeasuredInputs, plan: Plan) -> float:
-    return plan.samples * inputs.sample_tokens.value / inputs.train_tokens_per_s
+def _scale(inputs: MeasuredInputs, plan: Plan) -> float:
+    return plan.samples / inputs.step_samples.value
 
 
 def step_s(inputs: MeasuredInputs, plan: Plan) -> float:
-    return rollout_s(inputs, plan) + train_s(inputs, plan) + inputs.weight_push_s.value
+    scale = _scale(inputs, plan)
+    return ((inputs.rollout_s.value + inputs.train_s.value) * scale
+            + inputs.weight_push_s.value)
+
+
+def _step_basis(inputs: MeasuredInputs, plan: Plan) -> str:
+    m, scale = inputs, _scale(inputs, plan)
+    measured = (f"rollout {m.rollout_s.value:g} s ({m.rollout_s.source}) + train "
+                f"{m.train_s.value:g} s ({m.train_s.source}) + push {m.weight_push_s.value:g} s")
+    if plan.samples == m.step_samples.value:
+        return measured
+    return (f"ESTIMATED (not run): {plan.episodes} episodes + {plan.extractions} extractions "
+            f"= {plan.samples} samples, the measured step x {plan.samples}/"
+            f"{m.step_samples.value:g}: rollout {m.rollout_s.value * scale:.1f} s + train "
+            f"{m.train_s.value * scale:.1f} s + push; measured: {measured}")
+
+
+def _eval_lines(inputs: MeasuredInputs, plan: Plan) -> list[Line]:
+    m = inputs
+    one = plan.eval_cases * m.eval_case_s.value
+    cases = f"{plan.eval_cases} cases"
+    return [
+        Line(f"eval before training ({cases}; the first: cold)",
+             m.first_eval_extra_s.value + one,
+             f"{m.first_eval_extra_s.source}; {m.eval_case_s.source}"),
+        Line(f"{plan.evals_after} evals after every {plan.eval_interval} steps ({cases} each)",
+             plan.evals_after * one, m.eval_case_s.source),
+    ]
 
 
 def budget_lines(inputs: MeasuredInputs, plan: Plan) -> list[Line]:
     """Every part of one launch from a bare machine, in the order it runs."""
     m = inputs
-    eval_s = plan.eval_cases * m.eval_case_s.value
-    carry = m.carry_gb.value / m.carry_gb_per_s.value
-    step_basis = (f"rollout {rollout_s(m, plan):.1f} s ({plan.episodes} episodes, "
-                  f"{plan.extractions} extractions; {m.local_step_s.source}) + train "
-                  f"{train_s(m, plan):.1f} s ({plan.samples} samples x "
-                  f"{m.sample_tokens.value:.0f} tokens at {m.train_tokens_per_s:.0f} tokens/s; "
-                  f"{m.slime_train_s.source}) + push {m.weight_push_s.value:g} s")
     return [
-        Line(f"carry {m.carry_gb.value:g} GB of wheels and weights", carry,
-             f"{m.carry_gb.source}; {m.carry_gb_per_s.source}"),
+        Line("one failed machine start", m.failed_start_s.value, m.failed_start_s.source),
+        Line(f"carry {m.carry_gb.value:g} GB of wheels and weights", m.carry_s.value,
+             f"{m.carry_gb.source}; {m.carry_s.source}"),
         Line("setup", m.setup_s.value, m.setup_s.source),
-        Line("HF -> torch_dist conversion", m.conversion_s.value, m.conversion_s.source),
-        Line("launch until the first rollout", m.launch_to_first_rollout_s.value,
-             m.launch_to_first_rollout_s.source),
-        Line(f"eval before ({plan.eval_cases} cases)", eval_s, m.eval_case_s.source),
+        Line("launch until the first eval", m.launch_to_first_eval_s.value,
+             m.launch_to_first_eval_s.source),
+        *_eval_lines(m, plan),
         Line(f"{plan.steps} steps x (rollout + train + weight push)",
-             plan.steps * step_s(m, plan), step_basis),
+             plan.steps * step_s(m, plan), _step_basis(m, plan)),
         Line("first step's warm-up", m.first_step_warmup_s.value, m.first_step_warmup_s.source),
-        Line("final checkpoint", m.checkpoint_s.value, m.checkpoint_s.source),
-        Line(f"eval after ({plan.eval_cases} cases)", eval_s, m.eval_case_s.source),
         Line("teardown", m.teardown_s.value, m.teardown_s.source),
         Line("polling between device calls", m.polling_s.value, m.polling_s.source),
     ]
@@ -184,10 +214,27 @@ def total_s(lines: list[Line]) -> float:
 def max_steps(inputs: MeasuredInputs, plan: Plan, limit_s: float = LIMIT_S,
               reserve_s: float = 0.0) -> int:
     """The most steps of `plan` that fit `limit_s` with `reserve_s` to spare (0 if none)."""
-    fixed = total_s(budget_lines(inputs, Plan(plan.method, 0, plan.episodes, plan.extractions,
-                                              plan.eval_cases)))
-    room = limit_s - reserve_s - fixed
-    return max(0, math.floor(room / step_s(inputs, plan)))
+    def fits(steps: int) -> bool:
+        lines = budget_lines(inputs, dataclasses.replace(plan, steps=steps))
+        return total_s(lines) <= limit_s - reserve_s
+
+    steps = 0
+    while fits(steps + 1):
+        steps += 1
+    return steps
+
+
+def _bases(plans: list[Plan], tables: list[list[Line]]) -> list[str]:
+    """Each line's basis, per method where the methods' differ."""
+    out = []
+    for index, line in enumerate(tables[0]):
+        bases = {lines[index].basis for lines in tables}
+        if len(bases) == 1:
+            out.append(f"- {line.part}: {line.basis}")
+        else:
+            out += [f"- {line.part} ({plan.method}): {lines[index].basis}"
+                    for plan, lines in zip(plans, tables, strict=True)]
+    return out
 
 
 def render(inputs: MeasuredInputs, plans: list[Plan], limit_s: float = LIMIT_S,
@@ -203,24 +250,23 @@ def render(inputs: MeasuredInputs, plans: list[Plan], limit_s: float = LIMIT_S,
     rows.append(f"| total (of {limit_s:,.0f} s) | {totals} |")
     fits = ", ".join(f"{plan.method} {max_steps(inputs, plan, limit_s, reserve_s)}"
                      for plan in plans)
-    basis = [f"- {line.part}: {line.basis}" for line in tables[0]]
     fit = f"Most steps that fit {limit_s:,.0f} s with {reserve_s:,.0f} s to spare: {fits}."
-    return "\n".join([*rows, "", fit, "", *basis])
+    return "\n".join([*rows, "", fit, "", *_bases(plans, tables)])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m evolving_rl.slime_bridge.budget",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True, help="the slime profile (YAML)")
-    parser.add_argument("--steps", type=int, help="steps (default: local.train_steps)")
+    parser.add_argument("--config", required=True, help="a recipe profile's config (YAML)")
+    parser.add_argument("--steps", type=int, help="steps (default: the profile's NUM_ROLLOUT)")
     parser.add_argument("--eval-cases", type=int,
                         help="cases of each evaluation (default: local.n_eval_games x "
                              "local.eval_repeats)")
     parser.add_argument("--limit-s", type=float, default=LIMIT_S)
     parser.add_argument("--reserve-s", type=float, default=RESERVE_S)
     args = parser.parse_args(argv)
-    config = load_config(args.config)
-    plans = [plan_of(config, method, args.steps, args.eval_cases) for method in METHODS]
+    config, profile = load_config(args.config), recipe_profile(args.config)
+    plans = [plan_of(config, profile, method, args.steps, args.eval_cases) for method in METHODS]
     print(render(MEASURED, plans, args.limit_s, args.reserve_s))
     over = [plan.method for plan in plans
             if total_s(budget_lines(MEASURED, plan)) > args.limit_s]
