@@ -11,7 +11,10 @@ into free slots as a `CopyPlan` maps it) and leave by `rows_kv` (their KV copied
 prefix cache).
 
 It honours transformers' layered cache API (`Cache.update(keys, values, layer_idx, ...)`) for
-attention layers that see one new token per row; prefill runs on a `GrowingCache` instead.
+attention layers that see one new token per row; prefill runs on a `GrowingCache` instead. The
+layer's capacity answers both names transformers' abstract layer has given it: `get_max_length`
+(the project's venv) and `get_max_cache_shape` (5.12.1, SGLang 0.5.15.post1's pin on the slime
+image), so the engine runs beside either.
 """
 
 from __future__ import annotations
@@ -88,7 +91,10 @@ class SlotLayer(CacheLayerMixin):
         return 0  # rows differ; callers pass positions and a 4D mask
 
     def get_max_length(self) -> int:
+        """The slot capacity: the most tokens a row can hold (the venv's transformers 5.25)."""
         return self.store_keys.shape[-2]
+
+    get_max_cache_shape = get_max_length  # the same, by transformers 5.12.1's abstract name
 
 
 class SlotCache(Cache):
