@@ -110,7 +110,10 @@ PROFILES = {
                "data/alfworld_small/prepared/train.jsonl",
                "data/alfworld_small/prepared/valid_unseen.jsonl"),),
         "data/retrieval/alfworld_small_minilm.npz",
+        # SGLang's static share 0.25: measured on an H100 80GB (60.1 GB used at most; 0.4 once
+        # reached 107.6 GB on an H200, docs/results/2026-12-05-slime-learns-one-gpu.md).
         {"NUM_ROLLOUT": "8", "EVAL_INTERVAL": "4", "SAVE_INTERVAL": "0",
+         "SGLANG_MEM_FRACTION": "0.25",
          "PREPARED_DIR": "data/alfworld_small/prepared", "TRAIN_SPLIT": "train",
          "EVAL_SPLITS": "valid_unseen"},
         flags=(*TE_FREE, "--use-tensorboard"), methods=("evolving", "grpo_baseline")),
