@@ -13,9 +13,9 @@ slime's per-token log-probs and entropies are replaced in loss tests by stand-in
 slime's rule for the entropy gradient: differentiable only when `args.entropy_coef` != 0
 (slime/backends/megatron_utils/loss.py:551, else `mark_non_differentiable`,
 slime/utils/ppo_utils.py:277-278). `launcher_args` is what slime's parser makes of a train
-script (its flag arrays and the config's flags, `config_tokens`) (scripts/alfworld/train_alfworld.sh by default, or scripts/web/train_web.sh) with its
-default config; `launch_text` is a script with the shared launch it sources
-(scripts/lib/slime_launch.sh).
+script (scripts/alfworld/train_alfworld.sh by default, or scripts/web/train_web.sh) with its
+default config: its flag arrays and the config's flags (`config_tokens`); `launch_text` is a
+script with the shared launch it sources (scripts/lib/slime_launch.sh).
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ import pytest
 import torch
 import yaml
 
+from evolving_rl.config import load_config
 from evolving_rl.core.nucleus import Nucleus, NucleusBuilder
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import SampleStatus, TrainSample
 from evolving_rl.slime_bridge import runtime, slime_api
-from evolving_rl.config import load_config
 from evolving_rl.slime_bridge.args import save_flags
 from evolving_rl.slime_bridge.settings import HOOK_PATHS, HOOKS_MODULE, config_flags
 from tests import upstream

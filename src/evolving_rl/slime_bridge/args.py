@@ -27,7 +27,7 @@ import argparse
 import math
 import sys
 
-from evolving_rl.config import Config, load_config
+from evolving_rl.config import load_config
 from evolving_rl.slime_bridge.settings import SlimeFlag, config_flags, flag_text
 
 WEIGHT_CHECK = "--check-weight-update-equal"

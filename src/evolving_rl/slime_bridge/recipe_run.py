@@ -22,7 +22,6 @@ import tempfile
 from pathlib import Path
 
 from evolving_rl.slime_bridge.recipe import (
-    MODEL,
     MODEL_CONFIG,
     PROFILES,
     ROOT,

@@ -6,9 +6,10 @@ key, `evolving_rl_config: <path of our config YAML>`, validated here with `load_
 key or an invalid config raises `ConfigError`.
 
 `config_flags` is the one source of the slime flags our side decides: the launch prints them
-(`python -m evolving_rl.slime_bridge.args`), and `check_slime_args` then refuses a slime command line that would silently break our contract
-(advantages renormalised, the role channel overwritten, a different clip range or optimiser
-than our config, per-rollout instead of token-level mean, ...). It raises `SlimeArgsError` with
+(`python -m evolving_rl.slime_bridge.args`), and `check_slime_args` then refuses a slime command
+line that would silently break our contract (advantages renormalised, the role channel
+overwritten, a different clip range or optimiser than our config, per-rollout instead of
+token-level mean, ...). It raises `SlimeArgsError` with
 every problem at once. Two of its rules guard slime behaviour that fails silently or late (slime
 pinned at 624b824a):
 

@@ -107,7 +107,7 @@ def validate(argv: list[str]) -> list[str]:
         parsed = slime_parse(argv)
     except ImportError:
         raise
-    except (Exception, SystemExit) as err:  # whatever slime's validators raise is the answer
+    except (Exception, SystemExit) as err:  # noqa: BLE001 - slime's validators' refusal
         return [f"slime refused the arguments: {type(err).__name__}: {err}"]
     problems = [f"{flag}: declared by none of slime's parsers (it would be dropped silently)"
                 for flag in parsed.undeclared(argv)]
