@@ -20,9 +20,10 @@ retrieval) serves with:
 - one body limit, `max_body_bytes`: waitress refuses a longer body before the app sees it (413),
   the app (Flask's `MAX_CONTENT_LENGTH`, set by the caller to the same number) refuses the rest,
   and both answer `body_too_large` "body over N bytes" (`body_too_large_message`).
-- `STOP_GRACE_S` 5 s: `Server.serve` turns SIGTERM into a stop that closes the listening socket
-  and idle connections at once, lets the requests already received finish and their answers go
-  out for up to that long, then exits (the launchers' SIGKILL comes after `stop_timeout_s`, 10 s).
+- `STOP_GRACE_S` 5 s: `Server.serve` turns SIGTERM into a stop that accepts the connections
+  already waiting in the listening socket's backlog, closes it, closes the connections with
+  nothing sent at once, lets the requests already sent (read, partly read or waiting unread)
+  finish and their answers go out for up to that long, then exits (the launchers' SIGKILL comes after `stop_timeout_s`, 10 s).
 
 A stalled connection holds no worker thread (waitress buffers a request until it is complete).
 Errors waitress answers itself (413, malformed or oversized headers: 400 / 431) carry the
@@ -34,6 +35,7 @@ from __future__ import annotations
 import heapq
 import logging
 import resource
+import select
 import signal
 import threading
 import time
@@ -101,6 +103,10 @@ class _Channel(HTTPChannel):
         """No request running or queued, no answer left to send, not closing already."""
         return not (self.requests or self.total_outbufs_len or self.will_close
                     or self.close_when_flushed)
+
+    def settled(self) -> bool:
+        """Nothing left for a stop to wait for: idle, no request partly read, no bytes unread."""
+        return self.idle() and self.request is None and not _has_input(self.socket)
 
     def quiet_since(self) -> float:
         return self.last_activity if self.reading_since is None else self.reading_since
@@ -205,20 +211,39 @@ class Server:
 
     def _drain(self) -> None:
         for listener in self.listeners:  # the listening socket only: tasks still pull triggers
+            _accept_backlog(listener)
             wasyncore.dispatcher.close(listener)
         deadline = time.monotonic() + STOP_GRACE_S
         while True:
             channels = [ch for listener in self.listeners
                         for ch in listener.active_channels.values()]
+            busy = 0
             for channel in channels:
-                if channel.idle():
+                if channel.settled():
                     channel.will_close = True
-            busy = sum(1 for ch in channels if ch.requests or ch.total_outbufs_len)
+                else:
+                    busy += 1
             if not busy or time.monotonic() >= deadline:
                 break
             wasyncore.poll2(0.05, self.map)
-        logger.info("%s stopping: %d connections still had a request running or an answer to "
-                    "send (grace %.0f s)", self.ident, busy, STOP_GRACE_S)
+        logger.info("%s stopping: %d connections still had a request to read or run or an "
+                    "answer to send (grace %.0f s)", self.ident, busy, STOP_GRACE_S)
+
+
+def _has_input(sock: Any) -> bool:
+    """Whether `sock` has bytes (or an end) waiting to be read, without waiting."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+def _accept_backlog(listener: _Listener) -> None:
+    """Accept every connection waiting in the listening socket's backlog (the loop accepts one
+    per pass): their requests were sent before the stop and are answered in the grace."""
+    for _ in range(listener.adj.backlog):
+        if not _has_input(listener.socket):
+            return
+        listener.handle_accept()
 
 
 def make_server(app: Callable, *, host: str, port: int, threads: int, max_body_bytes: int,

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import socket
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -17,6 +19,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from env.http_server import STOP_GRACE_S
+from env import launch as env_launch
 from env.launch import LaunchError, free_port, health_ok, read_pid
 from env.mind2web import launch
 from env.mind2web.prepare import prepare
@@ -401,3 +405,46 @@ def test_prepared_rows_from_another_root_or_a_changed_file_stop_the_server(mind2
     source.write_text(json.dumps(json.loads(source.read_text())[:1]))
     with pytest.raises(TaskDataError, match=f"data/test_task/{source.name} changed since"):
         check_prepared(TaskStore(root, tmp_path / "cache", 4, 4), prepared)
+
+
+def test_sigterm_answers_every_request_already_sent(mind2web_prepared, tmp_path):
+    """32 requests sent while the server is stopped (SIGSTOP: they wait in the listening
+    socket's backlog and the connections' buffers, none read yet), then SIGTERM and SIGCONT:
+    every one is answered 200 before the server exits 0."""
+    port = free_port()
+    values = {"data_root": str(mind2web_prepared.root), "port": port,
+              "prepared_dir": str(mind2web_prepared.prepared_dir), "threads": 4,
+              "server_cache_dir": str(tmp_path / "cache"), "log_dir": str(tmp_path / "logs")}
+    cfg = parse_config({"environment": "mind2web", "mind2web": values})
+    cmd = [sys.executable, "-m", launch.MODULE, *env_launch.config_arguments(cfg)]
+    proc = env_launch.start_server(cmd, f"http://127.0.0.1:{port}/health",
+                                   tmp_path / "server.log", timeout_s=120)
+    request = (f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+               "Connection: close\r\n\r\n").encode()
+    sockets: list[socket.socket] = []
+    try:
+        proc.send_signal(signal.SIGSTOP)
+        for _ in range(32):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+            sock.sendall(request)
+            sockets.append(sock)
+        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGCONT)
+        answers = [_read_answer(sock) for sock in sockets]
+        assert proc.wait(STOP_GRACE_S + 10) == 0
+    finally:
+        for sock in sockets:
+            sock.close()
+        env_launch.stop_process(proc)
+    assert [a.split(b"\r\n", 1)[0] for a in answers] == [b"HTTP/1.1 200 OK"] * 32
+
+
+def _read_answer(sock: socket.socket) -> bytes:
+    """Everything the server sent until it closed; b"reset" when it reset the connection."""
+    chunks = []
+    try:
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    except ConnectionResetError:
+        return b"reset"
+    return b"".join(chunks)
