@@ -23,7 +23,8 @@ retrieval) serves with:
 - `STOP_GRACE_S` 5 s: `Server.serve` turns SIGTERM into a stop that accepts the connections
   already waiting in the listening socket's backlog, closes it, closes the connections with
   nothing sent at once, lets the requests already sent (read, partly read or waiting unread)
-  finish and their answers go out for up to that long, then exits (the launchers' SIGKILL comes after `stop_timeout_s`, 10 s).
+  finish and their answers go out for up to that long, then exits (the launchers' SIGKILL
+  comes after `stop_timeout_s`, 10 s).
 
 A stalled connection holds no worker thread (waitress buffers a request until it is complete).
 Errors waitress answers itself (413, malformed or oversized headers: 400 / 431) carry the

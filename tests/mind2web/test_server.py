@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from env.http_server import STOP_GRACE_S
 from env import launch as env_launch
+from env.http_server import STOP_GRACE_S
 from env.launch import LaunchError, free_port, health_ok, read_pid
 from env.mind2web import launch
 from env.mind2web.prepare import prepare
