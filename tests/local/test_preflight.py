@@ -112,20 +112,34 @@ def stop_after_preflight(monkeypatch):
     monkeypatch.setattr(job, "seed_everything", refuse)
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
-def test_a_cuda_device_without_cuda_leaves_a_finished_run_byte_identical(
-        tmp_path, caplog, stop_after_preflight):
+UNUSABLE_DEVICES = [
+    pytest.param(("local.device=cuda", "local.dtype=bfloat16", "retrieval.device=cuda:1"),
+                 ("local.device: 'cuda' but ",  # no CUDA in this torch, or no GPU visible
+                  "--set local.device=cpu", "--set retrieval.device=cpu"),
+                 marks=pytest.mark.skipif(torch.cuda.is_available(),
+                                          reason="needs a machine without CUDA"), id="cuda"),
+    pytest.param(("local.device=mps", "retrieval.device=meta"),
+                 ("local.device: 'mps' but no MPS device is visible", "--set local.device=cpu",
+                  "retrieval.device: 'meta': device type 'meta' is not one the job runs on",
+                  "--set retrieval.device=cpu"),
+                 marks=pytest.mark.skipif(torch.backends.mps.is_available(),
+                                          reason="needs a machine without MPS"), id="mps-meta"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "expected"), UNUSABLE_DEVICES)
+def test_a_device_this_machine_lacks_leaves_a_finished_run_byte_identical(
+        tmp_path, caplog, stop_after_preflight, overrides, expected):
     run = tmp_path / "runs" / "local_cpu"
     _finished_run(run)
     before = _snapshot(run)
+    sets = tuple(arg for override in overrides for arg in ("--set", override))
     with caplog.at_level(logging.ERROR):
-        code = main(_args(run, free_port(), ("--set", "local.device=cuda", "--set",
-                                             "local.dtype=bfloat16", "--set",
-                                             "retrieval.device=cuda:1")))
+        code = main(_args(run, free_port(), sets))
     assert code == 2 and _snapshot(run) == before
     message = caplog.records[-1].getMessage()
-    assert "local.device: 'cuda' but " in message  # no CUDA in this torch, or no GPU visible
-    assert "--set local.device=cpu" in message and "--set retrieval.device=cpu" in message
+    for part in expected:
+        assert part in message
 
 
 def test_a_missing_cuda_index_names_a_visible_one(monkeypatch):
@@ -136,6 +150,22 @@ def test_a_missing_cuda_index_names_a_visible_one(monkeypatch):
         "retrieval.device: 'cuda:1' but only 1 CUDA device(s) are visible; "
         "--set retrieval.device=cuda:0")
     assert device_problem("local.device", "gpu").startswith("local.device: 'gpu' is not a torch")
+
+
+def test_every_accelerator_is_checked_and_other_types_are_refused(monkeypatch):
+    monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
+    assert device_problem("local.device", "xpu") == (
+        f"local.device: 'xpu' but no XPU device is visible (torch {torch.__version__}); "
+        "--set local.device=cpu")
+    monkeypatch.setattr(torch.mps, "is_available", lambda: True)
+    monkeypatch.setattr(torch.mps, "device_count", lambda: 1)
+    assert device_problem("local.device", "mps") is None
+    assert device_problem("local.device", "mps:1", option="--device ") == (
+        "local.device: 'mps:1' but only 1 MPS device(s) are visible; --device mps:0")
+    for other in ("hpu", "xla:0", "privateuseone"):
+        problem = device_problem("local.device", other)
+        assert problem is not None and problem.endswith("--set local.device=cpu"), other
+    assert device_problem("local.device", "cpu") is None
 
 
 def test_a_missing_gguf_is_named_with_its_fetch_hint(tmp_path, caplog, stop_after_preflight):

@@ -5,10 +5,13 @@ Owns what a mistake would otherwise cost a run, found before an earlier run is m
 - ports: every server port the job will bind (the retrieval server's and the environment's: its
   services module's `ports(cfg)` when it has one, else every `*port` field of its config
   section) must be free;
-- devices: `local.device` and `retrieval.device` must be torch devices, and a `cuda`/`cuda:N`
-  one needs a torch built with CUDA that sees device N. Their dtypes are not checked: float32
-  and bfloat16 both run on the CPU and on every GPU torch supports (bfloat16 natively from
-  compute capability 8.0, emulated before);
+- devices: `local.device` and `retrieval.device` must be torch devices this machine has
+  (`device_problem`): `cpu`, or an accelerator of `ACCELERATORS` (`cuda`, `mps`, `xpu`, with an
+  optional index) that this torch is built for and sees, index N among those it sees; any other
+  type torch knows (`meta`, `hpu`, `xla`, ...) is refused, as the job places models with
+  `.to(device)` on these only. The evaluation checks its `--device` with the same rule. Their
+  dtypes are not checked: float32 and bfloat16 both run on the CPU and on every GPU torch
+  supports (bfloat16 natively from compute capability 8.0, emulated before);
 - models: `local.model` is one of `GGUF_MODELS` whose converted folder exists or whose GGUF file
   can be found (else the fetch hint of `GgufModel.gguf_path`), or an HF folder (config.json);
   `local.resume_from` is a checkpoint folder; `retrieval.model` resolves
@@ -77,23 +80,43 @@ def port_problems(ports: PortMap) -> list[str]:
     return problems
 
 
-def device_problem(key: str, device: str) -> str | None:
-    """Why torch cannot put a model on `device` here, naming `key`; None when it can."""
+# device type -> its name in messages; torch.<type> has is_available() and device_count()
+ACCELERATORS = {"cuda": "CUDA", "mps": "MPS", "xpu": "XPU"}
+
+
+def device_unusable(device: str) -> tuple[str, str] | None:
+    """(why torch cannot put a model on `device` here, a value that works instead), or None
+    when it can (module docstring)."""
     try:
         parsed = torch.device(device)
-    except RuntimeError:
-        return f"{key}: {device!r} is not a torch device (cpu, cuda, cuda:N); --set {key}=cpu"
-    if parsed.type != "cuda":
+    except (RuntimeError, ValueError, TypeError):
+        return f"{device!r} is not a torch device (cpu, cuda, cuda:N, mps, xpu)", "cpu"
+    if parsed.type == "cpu":
         return None
-    if not torch.cuda.is_available():
-        why = ("this torch is built without CUDA" if torch.version.cuda is None
-               else "no CUDA device is visible")
-        return f"{key}: {device!r} but {why} (torch {torch.__version__}); --set {key}=cpu"
-    count = torch.cuda.device_count()
+    name = ACCELERATORS.get(parsed.type)
+    if name is None:
+        return (f"{device!r}: device type {parsed.type!r} is not one the job runs on "
+                f"(cpu, {', '.join(ACCELERATORS)})"), "cpu"
+    backend = getattr(torch, parsed.type)
+    if not backend.is_available():
+        why = ("this torch is built without CUDA" if name == "CUDA" and torch.version.cuda is None
+               else f"no {name} device is visible")
+        return f"{device!r} but {why} (torch {torch.__version__})", "cpu"
+    count = backend.device_count()
     if parsed.index is not None and parsed.index >= count:
-        return (f"{key}: {device!r} but only {count} CUDA device(s) are visible; "
-                f"--set {key}=cuda:0")
+        return (f"{device!r} but only {count} {name} device(s) are visible",
+                f"{parsed.type}:0")
     return None
+
+
+def device_problem(key: str, device: str, option: str | None = None) -> str | None:
+    """Why torch cannot put a model on `device` here, naming `key` and the value to give
+    instead, as `option` (default `--set <key>=`); None when it can."""
+    found = device_unusable(device)
+    if found is None:
+        return None
+    why, value = found
+    return f"{key}: {why}; {option if option is not None else f'--set {key}='}{value}"
 
 
 def device_problems(cfg: Config) -> list[str]:
