@@ -2,7 +2,8 @@
 
 Owns the step from a data root in the official layout (`data/train/*.json` and the test zip, at
 the root as published or in `data/`; or the split folders at the root itself, `train/*.json`,
-when `data/` holds none: `split_home`) to
+when `data/` holds none: `split_home`; split folders in both places are an error,
+`TwoLayoutsError`, since one would be left out without a word) to
 `<prepared_dir>/{train,test_task,test_website,test_domain,all}.jsonl`. The test zip is first
 extracted next to `train/` (`env.mind2web.testzip`; password from $MIND2WEB_ZIP_PASSWORD).
 A required split (all four unless the caller says otherwise) with no task file and no zip
@@ -18,6 +19,8 @@ largest single value (one page's HTML), never by the file. One row per task:
                   "task_type": "domain/subdomain", "source_file": "data/train/train_0.json",
                   "task_index": N, "n_steps": N, "split": "train"}}
 
+An annotation id with no value, or in two task files, is an error naming both
+(`DuplicateTaskError`); the CLI prints each of these errors as one line and exits 2.
 `all` is the four splits in that order. Writes are atomic (temp + rename); `manifest.json` holds
 the inputs' sizes and mtimes, and a run whose inputs are unchanged writes nothing.
 
@@ -31,6 +34,7 @@ import json
 import logging
 import os
 import re
+import sys
 from collections import Counter
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
@@ -69,6 +73,14 @@ class EmptySplitError(MissingDataError):
 
 class LinkedDataError(ValueError):
     """A split folder or task file is a symbolic link (links are not followed)."""
+
+
+class DuplicateTaskError(ValueError):
+    """An annotation id is missing, or in two task files (or twice in one)."""
+
+
+class TwoLayoutsError(ValueError):
+    """Split folders both at the root and in `data/`: which tasks to use is not ours to pick."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +157,19 @@ def split_home(data_root: Path) -> Path:
     return data
 
 
+def refuse_two_layouts(data_root: Path) -> None:
+    """`TwoLayoutsError` when both the root and `data/` hold split folders: one of them would be
+    left out without a word (and the env server, which serves every file under the root, would
+    serve both)."""
+    at_root = [split for split in SPLITS if os.path.lexists(data_root / split)]
+    in_data = [split for split in SPLITS if os.path.lexists(data_root / "data" / split)]
+    if at_root and in_data:
+        raise TwoLayoutsError(
+            f"split folders both at {data_root} ({', '.join(at_root)}) and in "
+            f"{data_root / 'data'} ({', '.join(in_data)}): keep one layout (move or delete the "
+            "other)")
+
+
 def source_files(data_root: Path) -> dict[str, list[Path]]:
     """Task files per split, sorted by name with numeric parts in order."""
     def key(path: Path) -> list:
@@ -200,7 +225,7 @@ def _tmp(path: Path) -> Path:
 
 def _write_splits(data_root: Path, prepared_dir: Path, files: dict[str, list[Path]]) -> dict:
     """Stream every split into a temporary JSONL and into `all`; returns counts per split."""
-    seen: set[str] = set()
+    seen: dict[str, str] = {}
     summary: dict = {}
     with _tmp(prepared_dir / "all.jsonl").open("w", encoding="utf-8") as all_fh:
         for split in SPLITS:
@@ -209,10 +234,7 @@ def _write_splits(data_root: Path, prepared_dir: Path, files: dict[str, list[Pat
             with _tmp(out).open("w", encoding="utf-8") as fh:
                 for path in tqdm(files[split], desc=split, unit="file"):
                     for row in iter_tasks(path, data_root, split):
-                        if row.annotation_id in seen or not row.annotation_id:
-                            raise ValueError(f"{path}: task {row.task_index} has a missing or "
-                                             f"repeated annotation_id {row.annotation_id!r}")
-                        seen.add(row.annotation_id)
+                        _check_id(row, seen, data_root)
                         line = json.dumps(row.to_json(), ensure_ascii=False) + "\n"
                         fh.write(line)
                         all_fh.write(line)
@@ -222,12 +244,25 @@ def _write_splits(data_root: Path, prepared_dir: Path, files: dict[str, list[Pat
     return summary
 
 
+def _check_id(row: TaskRow, seen: dict[str, str], data_root: Path) -> None:
+    """`DuplicateTaskError` for a row without an id or with one already `seen` (id -> where)."""
+    where = f"{row.source_file} (task {row.task_index})"
+    if not row.annotation_id:
+        raise DuplicateTaskError(f"{where} under {data_root} has no annotation_id")
+    if row.annotation_id in seen:
+        raise DuplicateTaskError(
+            f"task {row.annotation_id} is in both {seen[row.annotation_id]} and {where} under "
+            f"{data_root}: remove the copy that should not be used")
+    seen[row.annotation_id] = where
+
+
 def prepare(data_root: str | Path, prepared_dir: str | Path, password: str | None = None,
             required: Collection[str] = SPLITS) -> dict:
     """Extract the test zip if needed, write the five JSONL splits and `manifest.json`; every
     split of `required` must hold a task (`EmptySplitError` otherwise)."""
     data_root, prepared_dir = Path(data_root).resolve(), Path(prepared_dir)
     if data_root.is_dir():
+        refuse_two_layouts(data_root)
         before = source_files(data_root)  # checked before the zip writes anything
         refuse_links(data_root, before)
         _check_required(data_root, before, required)
@@ -277,8 +312,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         manifest = prepare(data_root, cfg.prepared_dir, os.environ.get(PASSWORD_ENV))
     except (MissingDataError, LinkedDataError, ZipPasswordError, DuplicateSplitError,
-            StaleSplitError) as err:
-        raise SystemExit(f"error: {err}") from None
+            StaleSplitError, DuplicateTaskError, TwoLayoutsError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
     for name, info in manifest["splits"].items():
         logger.info("%s: %d tasks %s", name, info["tasks"], info["by_task_type"])
     logger.info("wrote %s", cfg.prepared_dir)

@@ -6,13 +6,16 @@ JSON files is extracted to `<out>/<split>/<file>.json`, `<out>` being the folder
 `train/` (`<root>/data/`, or the root itself in that layout; only the split folder and the file
 name of a member are used, so no member can write elsewhere); two zips holding the same split are
 refused, and so is a `data/<split>/` folder that none of the zips found holds (left from an earlier
-zip: stale; the user deletes it or restores the zip). Files are decrypted into a staging folder —
-by the compiled `unzip` where installed (`env.mind2web.unzip_tool`: the password typed at its
-prompt, never on a command line), else streamed by `zipfile` (bounded memory, slower) — under a
-progress bar that says which, then each split folder is replaced by rename. A marker per zip (next
-to it: `.<zip>.extracted`, its size and mtime) makes a second run a no-op while the split folders
-exist. The password comes from the caller (the CLI reads $MIND2WEB_ZIP_PASSWORD); a missing or
-wrong one raises `ZipPasswordError` saying what to do.
+zip: stale; the user deletes it or restores the zip). With no zip at all, test split folders
+extracted earlier are used as they are, with a warning naming them (a zip deleted after
+extraction to save space is a normal setup; the warning says nothing checks them). Files are
+decrypted into a staging folder — by the compiled `unzip` where installed
+(`env.mind2web.unzip_tool`: the password typed at its prompt, never on a command line), else
+streamed by `zipfile` (bounded memory, slower) — under a progress bar that says which, then each
+split folder is replaced by rename. A marker per zip (next to it: `.<zip>.extracted`, its size
+and mtime) makes a second run a no-op while the split folders exist. The password comes from the
+caller (the CLI reads $MIND2WEB_ZIP_PASSWORD); a missing or wrong one raises `ZipPasswordError`
+saying what to do.
 """
 
 from __future__ import annotations
@@ -188,6 +191,7 @@ def _refuse_stale(out_dir: Path, owner: dict[str, Path]) -> None:
     """`StaleSplitError` for a `data/<test split>/` folder that none of the zips found holds:
     its rows would come from an earlier zip. Not deleted here: the folder is the user's."""
     if not owner:
+        _warn_unzipped(out_dir)
         return
     zips = ", ".join(sorted({str(path) for path in owner.values()}))
     for split in TEST_SPLITS:
@@ -197,6 +201,15 @@ def _refuse_stale(out_dir: Path, owner: dict[str, Path]) -> None:
                 f"tasks would come from an earlier zip: delete {out_dir / split} if {split} "
                 "is gone (a required split then stops preparation as empty), or put back the "
                 "zip that holds it")
+
+
+def _warn_unzipped(out_dir: Path) -> None:
+    """No test zip found: test split folders extracted earlier are used as they are (the zip may
+    have been deleted to save space), said in a warning naming them."""
+    present = [str(out_dir / split) for split in TEST_SPLITS if (out_dir / split).exists()]
+    if present:
+        logger.warning("no test zip found: using %s as extracted earlier (nothing checks them "
+                       "against a zip; put the zip back to re-check)", ", ".join(present))
 
 
 def extract_test_zips(data_root: Path, password: str | None, out_dir: Path | None = None) -> int:

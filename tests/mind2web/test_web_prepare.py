@@ -4,6 +4,8 @@ prompt JSONL splits; empty splits, duplicate zips, and decryption by unzip or by
 from __future__ import annotations
 
 import json
+import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +20,7 @@ from env.mind2web.prepare import (
     EmptySplitError,
     LinkedDataError,
     MissingDataError,
+    TwoLayoutsError,
     main,
     prepare,
 )
@@ -28,6 +31,7 @@ from env.mind2web.testzip import (
     ZipPasswordError,
 )
 from evolving_rl.config import parse_config
+from tests.profile_data import DATA_VARIABLES, DataSandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 METADATA_KEYS = {"annotation_id", "website", "domain", "subdomain", "task_type", "source_file",
@@ -172,19 +176,23 @@ def test_missing_data_says_where_to_get_it(tmp_path):
         prepare(tmp_path / "nothing", tmp_path / "prepared")
 
 
-def test_cli_reads_the_config_data_root(fresh_root, tmp_path, monkeypatch, mind2web_spec):
+def test_cli_reads_the_config_data_root(fresh_root, tmp_path, monkeypatch, mind2web_spec,
+                                        capsys):
     config = tmp_path / "web.yaml"
     prepared = tmp_path / "prepared"
     config.write_text(f"mind2web:\n  data_root: {fresh_root}\n  prepared_dir: {prepared}\n")
     monkeypatch.delenv("MIND2WEB_DATA", raising=False)
     monkeypatch.delenv(PASSWORD_ENV, raising=False)
-    with pytest.raises(SystemExit, match=f"error: .*{PASSWORD_ENV}"):
+    with pytest.raises(SystemExit) as stopped:
         main(["--config", str(config)])
+    assert stopped.value.code == 2 and PASSWORD_ENV in capsys.readouterr().err
     monkeypatch.setenv(PASSWORD_ENV, mind2web_spec.password)
     main(["--config", str(config)])
     assert len(read_rows(prepared / "all.jsonl")) == mind2web_spec.tasks
-    with pytest.raises(SystemExit, match="error: no Mind2Web task files"):
+    with pytest.raises(SystemExit) as stopped:
         main(["--config", str(config), "--data-root", str(tmp_path / "nothing")])
+    assert stopped.value.code == 2
+    assert "error: no Mind2Web task files" in capsys.readouterr().err
 
 
 def peak_rss(data_root: Path, prepared_dir: Path) -> tuple[int, int]:
@@ -284,3 +292,41 @@ def test_the_main_job_prepares_the_root_layout_instead_of_generating(fresh_root,
     assert not (fresh_root / "data").exists()
     train = read_rows(tmp_path / "prepared" / "train.jsonl")
     assert len(train) == mind2web_generated.counts["train"]
+
+
+def test_duplicate_ids_stop_prepare_data_sh_with_one_line_naming_both_files(fresh_root, tmp_path,
+                                                                            mind2web_spec):
+    train = sorted((fresh_root / "data" / "train").glob("*.json"))[0]
+    shutil.copy(train, fresh_root / "data" / "train" / f"zz_copy_{train.name}")
+    box = DataSandbox(tmp_path / "box", "web", ROOT / "configs" / "web.yaml")
+    env = {k: v for k, v in os.environ.items() if k not in DATA_VARIABLES}
+    env.update(VENV=str(Path(sys.executable).parent.parent),
+               **{PASSWORD_ENV: mind2web_spec.password})
+    done = subprocess.run(["bash", "scripts/web/prepare_data.sh", "--data-root", str(fresh_root)],
+                          cwd=box.root, env=env, capture_output=True, text=True, timeout=300)
+    errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert errors == [done.stderr.splitlines()[-1]], done.stderr
+    assert f"data/train/{train.name} (task 0)" in errors[0], errors
+    assert f"data/train/zz_copy_{train.name} (task 0)" in errors[0], errors
+
+
+def test_split_folders_both_at_the_root_and_in_data_are_refused(fresh_root, tmp_path,
+                                                                 mind2web_spec):
+    shutil.copytree(fresh_root / "data" / "train", fresh_root / "train")
+    with pytest.raises(TwoLayoutsError, match=r"both at .*root \(train\) and in .*root/data "
+                                              r"\(train\): keep one layout"):
+        prepare(fresh_root, tmp_path / "prepared", password=mind2web_spec.password)
+    assert not (tmp_path / "prepared").exists() and not list(fresh_root.rglob("test_*"))
+
+
+def test_test_splits_extracted_earlier_are_used_with_a_warning_when_no_zip_is_left(
+        fresh_root, tmp_path, mind2web_spec, mind2web_generated, caplog):
+    prepare(fresh_root, tmp_path / "first", password=mind2web_spec.password)
+    (fresh_root / "test.zip").unlink()
+    with caplog.at_level(logging.WARNING, logger="env.mind2web.testzip"):
+        manifest = prepare(fresh_root, tmp_path / "second")
+    assert {s: manifest["splits"][s]["tasks"] for s in SPLITS} == mind2web_generated.counts
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.startswith("no test zip found: using ") and "extracted earlier" in warning
+    assert all(str(fresh_root / "data" / split) in warning for split in SPLITS[1:])
