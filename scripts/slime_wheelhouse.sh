@@ -169,23 +169,23 @@ plan_slime() {  # SGLang, its router, ray and slime's requirements (+ the Megatr
 }
 
 plan_env() {  # the project's wheel and the sdist-only ones built here, then evolving_rl[EXTRAS]
-    local built="$TMP/local" wheel name project prebuilt=()
-    mkdir -p "$built" "$TMP/sdists"
+    local made="$TMP/local" wheel name project prebuilt=()
+    mkdir -p "$made" "$TMP/sdists"
     build_project_wheel
-    mv "$HOUSE"/evolving_rl-*.whl "$built/"
+    mv "$HOUSE"/evolving_rl-*.whl "$made/"
     if [[ ",$EXTRAS," == *",alfworld,"* ]]; then
         for name in "${ALFWORLD_SDISTS[@]}"; do prebuilt+=("$(project_requirement "$name")"); done
         build_sdists "$TMP/sdists" "${prebuilt[@]}"
-        for wheel in "$TMP"/sdists/*.whl; do strip_wheel "$wheel" "$built"; done
+        for wheel in "$TMP"/sdists/*.whl; do strip_wheel "$wheel" "$made"; done
     fi
-    project="$(basename "$built"/evolving_rl-*.whl | cut -d- -f2)"
+    project="$(basename "$made"/evolving_rl-*.whl | cut -d- -f2)"
     present_image "${OVER[@]}"
-    resolve --find-links "$built" "evolving_rl[$EXTRAS]==$project"
+    resolve --find-links "$made" "evolving_rl[$EXTRAS]==$project"
 }
 
 fetch_planned() {  # the plan's wheels into HOUSE: the index's downloaded, those built here copied
-    local name version image_version sha256 source why platforms wheels=()
-    while IFS=$'\t' read -r name version image_version sha256 source why; do
+    local name version source platforms wheels=()
+    while IFS=$'\t' read -r name version _ _ source _; do  # image version, sha256, why: unused
         if [ "$source" = index ]; then wheels+=("$name==$version"); else cp "$source" "$HOUSE/"; fi
     done <"$TMP/plan.txt"
     [ ${#wheels[@]} -gt 0 ] || return 0

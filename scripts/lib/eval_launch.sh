@@ -16,7 +16,8 @@
 #                       once with slime's tools/convert_torch_dist_to_hf.py (--hf-base DIR: the
 #                       original HF folder, for config and tokenizer), then served as --hf. A
 #                       missing DIR fails with the iterations its parent folder holds
-#   --local DIR         an HF folder run in-process by the local backend (--device cpu|cuda,
+#   --local DIR         an HF folder run in-process by the local backend (--device cpu, cuda[:N],
+#                       mps or xpu: one torch can use here, else exit 2 before anything starts;
 #                       --dtype); a local main-job checkpoint is such a folder
 # Everything else goes to the evaluation (--config, --out, --protocols, --splits, --repeats,
 # --limit, --library, --no-servers, --fresh, ...: `python -m evolving_rl.evaluate --help`).
@@ -72,7 +73,7 @@ _convert_torch_dist() {  # <torch_dist dir> <hf base> <out>: HF folder (converte
     [ -n "$base" ] || eval_fail "--torch-dist needs --hf-base DIR (the original HF folder)"
     if [ ! -d "$src" ]; then
         local saved
-        saved="$(cd "$(dirname "$src")" 2>/dev/null && ls -d iter_* 2>/dev/null | tr '\n' ' ')"
+        saved="$(shopt -s nullglob; cd "$(dirname "$src")" 2>/dev/null && printf '%s ' iter_*)"
         eval_fail "no checkpoint at $src; $(dirname "$src") holds: ${saved:-no iter_* folder}"
     fi
     [ -f "$slime/tools/convert_torch_dist_to_hf.py" ] \

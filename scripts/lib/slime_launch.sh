@@ -134,6 +134,7 @@ mkdir -p "$STATE_DIR"
 # it. Relative paths in the config stay relative to the repo root, where the servers run. The
 # copy is the validated config with run.output_dir set to RUN_DIR, where the pipeline writes its
 # skill library: two runs of one config with other RUN_DIRs once appended to one library.
+# shellcheck disable=SC2086  # CONFIG_SET: key=value words, split on purpose (as above)
 "$PYTHON" -c 'import json, sys, yaml
 from evolving_rl.config import load_config, to_dict
 cfg = load_config(sys.argv[1], [*sys.argv[4:], "run.output_dir=" + json.dumps(sys.argv[2])])

