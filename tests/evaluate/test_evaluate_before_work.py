@@ -2,7 +2,8 @@
 one line (and the checkpoints that exist) before any stored case is read or any server starts; a
 resumed evaluation with every case already stored under its key starts no server and loads no
 model, and reports the stored cases; cases of another checkpoint in a folder of the same name,
-another setting, other data, or stored without a key are set aside and not reused."""
+another setting, other data, or stored without a key are set aside and not reused; a device
+torch cannot use here stops it with exit 2 before the stored cases are set aside."""
 
 from __future__ import annotations
 
@@ -21,7 +22,12 @@ from evolving_rl.evaluate import runner
 from evolving_rl.evaluate.policies import PolicySpec
 from evolving_rl.evaluate.provenance import eval_key
 from evolving_rl.evaluate.report import write_report
-from evolving_rl.evaluate.runner import CASES_FILE, EvalRequest, run_evaluation
+from evolving_rl.evaluate.runner import (
+    CASES_FILE,
+    EvalRequest,
+    UnusableDeviceError,
+    run_evaluation,
+)
 from evolving_rl.pipeline.eval_records import ArmRecord, CaseRecord, CaseStore
 from evolving_rl.pipeline.evaluation import EvalProtocol
 from tests.fakes.checkpoint import checkpoint_spec
@@ -170,3 +176,48 @@ def test_a_missing_checkpoint_is_refused_before_its_namesakes_cases_are_read(tmp
     assert f"no checkpoint at {tmp_path / 'nope' / 'step_0003'} (no config.json)" in line
     assert sorted(p.name for p in out.iterdir()) == [CASES_FILE]
     assert store.path.read_bytes() == before
+
+
+def test_an_unusable_device_exits_2_before_the_stored_cases_are_set_aside(tmp_path):
+    """`--device cuda` where torch sees no CUDA device: the cases of the cpu run stay where the
+    rerun with `--device cpu` finds them, and nothing starts."""
+    cfg_path = _config(tmp_path)
+    out = tmp_path / "out"
+    step = tmp_path / "step_0003"
+    store = _store_every_case(load_config(cfg_path), checkpoint_spec(step), out)
+    before = store.path.read_bytes()
+    result = subprocess.run(
+        ["bash", "scripts/alfworld/eval.sh", "--local", str(step), "--device", "cuda",
+         "--config", str(cfg_path), "--out", str(out), "--splits", "valid_unseen",
+         "--repeats", "3", "--no-servers"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": ""})
+    assert result.returncode == 2, result.stderr
+    line = result.stderr.strip().splitlines()[-1]  # after the warning that the key differs
+    assert "--device: 'cuda' but " in line and line.endswith("--device cpu")
+    assert f"{out / CASES_FILE} is untouched" in line
+    assert sorted(p.name for p in out.iterdir()) == [CASES_FILE]
+    assert store.path.read_bytes() == before
+
+
+def test_the_retrieval_device_is_checked_when_the_servers_start_here(tmp_path, monkeypatch):
+    cfg = load_config(_config(tmp_path), ["retrieval.device=meta"])
+    out = tmp_path / "out"
+    spec = checkpoint_spec(tmp_path / "step_0003")
+    store = _store_every_case(cfg, spec, out)
+    before = store.path.read_bytes()
+    monkeypatch.setattr(runner, "_services", _refuse)
+    with pytest.raises(UnusableDeviceError, match=r"retrieval\.device: 'meta'.*"
+                                                  r"--set retrieval\.device=cpu"):
+        run_evaluation(cfg, spec, _request(out, repeats=3), _refuse)
+    assert store.path.read_bytes() == before and not (tmp_path / "never_written.npz").exists()
+
+
+def test_a_finished_evaluation_needs_no_usable_device(tmp_path, monkeypatch):
+    """Cases run on a GPU machine are reported on one without it: no model is loaded."""
+    cfg = load_config(_config(tmp_path))
+    spec = dataclasses.replace(checkpoint_spec(tmp_path / "step_0003"), device="meta")
+    _store_every_case(cfg, spec, tmp_path / "out")
+    monkeypatch.setattr(runner, "_services", _refuse)
+    outcome = run_evaluation(cfg, spec, _request(tmp_path / "out"), _refuse)
+    assert outcome.results["valid_unseen"]["reference"]["eval/cases"] == 8

@@ -20,7 +20,10 @@ the old cases aside and runs again; `--fresh` starts over. Writes `<out>/report.
 (both say the policy's, config's and data's digests) and a chart per split. Exit 2 on a bad
 argument or config, or a protocol the environment cannot run (expert_skill and written_skill:
 ALFWorld only), or a `--local` folder with no model (the line lists the checkpoints that exist)
-or a missing `--tokenizer` folder; all before any stored case is read or any server starts.
+or a missing `--tokenizer` folder; all before any stored case is read or any server starts. Exit 2
+also when cases remain to run on a device torch cannot use here (`--device cuda` on a machine
+without CUDA; `retrieval.device` when the servers start here): before the stored cases are set
+aside or anything starts, so the rerun with a usable device resumes them.
 """
 
 from __future__ import annotations
@@ -34,7 +37,12 @@ from evolving_rl.config import ConfigError, load_config
 from evolving_rl.domains.registry import domain_for
 from evolving_rl.evaluate.policies import MissingCheckpointError, PolicySpec
 from evolving_rl.evaluate.report import write_report
-from evolving_rl.evaluate.runner import EvalRequest, MissingSplitError, run_evaluation
+from evolving_rl.evaluate.runner import (
+    EvalRequest,
+    MissingSplitError,
+    UnusableDeviceError,
+    run_evaluation,
+)
 from evolving_rl.pipeline.evaluation import EvalProtocol, UnsupportedProtocolError
 
 log = logging.getLogger("evolving_rl.evaluate")
@@ -98,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     try:
         outcome = run_evaluation(cfg, spec, request)
-    except (MissingSplitError, MissingCheckpointError, UnsupportedProtocolError) as error:
+    except (MissingSplitError, MissingCheckpointError, UnsupportedProtocolError,
+            UnusableDeviceError) as error:
         log.error("%s", error)
         return 2
     meta = {"environment": cfg.environment, "policy": spec.describe(), **outcome.key.as_meta(),

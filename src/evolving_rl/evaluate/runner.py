@@ -18,7 +18,11 @@ never reused: it is set aside as `cases-<its key>.jsonl` before the run starts. 
 started with this config and stopped on exit (`local.servers`, as the local job does); otherwise
 the config's addresses must answer. A missing `--local` checkpoint or `--tokenizer` folder fails
 first, before a stored case is read; a protocol the environment's adapter cannot run
-(`pipeline.evaluation.check_supported`) fails before anything starts.
+(`pipeline.evaluation.check_supported`) fails before anything starts. When cases remain to run,
+the devices they need are checked before the store is touched or anything starts
+(`UnusableDeviceError`, with the preflight's rule `local.preflight.device_problem`): a `--local`
+policy's device, and `retrieval.device` when the servers are started here; a finished
+evaluation needs neither, so its stored cases are reported on any machine.
 """
 
 from __future__ import annotations
@@ -60,6 +64,10 @@ PolicyOpener = Callable[[], AbstractAsyncContextManager[tuple[PolicyClient, Chat
 
 class MissingSplitError(FileNotFoundError):
     """A split to evaluate (or the training split) has no prepared file."""
+
+
+class UnusableDeviceError(ValueError):
+    """A device the run needs is one torch cannot use on this machine."""
 
 
 @dataclass(frozen=True)
@@ -173,6 +181,7 @@ def run_evaluation(cfg: Config, spec: PolicySpec, request: EvalRequest,
         logger.info("all %d cases are already in %s: nothing to run, no server or model started",
                     sum(map(len, finished.values())), store.path)
         return EvalOutcome(_summaries(adapter, finished, train_types), train_types, key)
+    _check_devices(cfg, spec, request)  # before the store is touched or anything starts
     if request.fresh:
         store.path.unlink(missing_ok=True)
     store.set_aside()
@@ -181,6 +190,21 @@ def run_evaluation(cfg: Config, spec: PolicySpec, request: EvalRequest,
         results = asyncio.run(_evaluate(cfg, opener or (lambda: open_policy(spec, cfg)), request,
                                         prepared, rows, train_types, store))
     return EvalOutcome(results, train_types, key)
+
+
+def _check_devices(cfg: Config, spec: PolicySpec, request: EvalRequest) -> None:
+    """`UnusableDeviceError` naming every device the run needs that torch cannot use here."""
+    from evolving_rl.local.preflight import device_problem
+
+    found = (device_problem("--device", spec.device, option="--device ")
+             if spec.kind == "local" else None,
+             device_problem("retrieval.device", cfg.retrieval.device)
+             if request.start_servers else None)
+    problems = [problem for problem in found if problem]
+    if problems:
+        raise UnusableDeviceError(
+            f"the evaluation did not start; {request.out_dir / CASES_FILE} is untouched and no "
+            "server was started: " + "; ".join(problems))
 
 
 def _n_cases(rows: list[dict[str, Any]], request: EvalRequest) -> int:
