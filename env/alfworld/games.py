@@ -3,11 +3,14 @@
 Owns `resolve_game`. A client names a game by its path relative to the data root (the
 `game.tw-pddl` file or its trial folder). Anything that resolves outside the root — `../`,
 absolute paths, symlinks leading out — gets one fixed message, decided before the path is ever
-tested for existence, so the answer never reveals what exists outside the root.
+tested for existence, so the answer never reveals what exists outside the root. A name inside
+the root that no file can have (a part longer than the file system allows) is an unknown game
+(404), like any name with no game behind it.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,9 +44,20 @@ def resolve_game(root: Path, name: str) -> GameRef:
         candidate = (candidate / GAME_FILE).resolve()
     if not candidate.is_relative_to(root):
         raise _outside()
-    if candidate.name != GAME_FILE or not candidate.is_file():
+    if candidate.name != GAME_FILE or not _is_file(candidate):
         raise WireError(404, "unknown_game", f"no game at {name!r} in the data root", "game")
     return GameRef(candidate, str(candidate.relative_to(root)), _task_type(candidate.parent))
+
+
+def _is_file(path: Path) -> bool:
+    """`path.is_file()`, False too for a name no file can have (a part over the file system's
+    name limit: `ENAMETOOLONG`, which `is_file` raises): no game there, a 404 like any other."""
+    try:
+        return path.is_file()
+    except OSError as err:
+        if err.errno == errno.ENAMETOOLONG:
+            return False
+        raise
 
 
 def _task_type(folder: Path) -> str:

@@ -8,7 +8,10 @@ once the router reports every worker healthy. Each process writes its own PID fi
 `log_dir` (`router.pid`, `worker-<i>.pid`, rewritten by a respawned worker) and logs to its own
 file there. `stop` signals exactly the PIDs in those files (SIGTERM, then SIGKILL after
 `stop_timeout_s`), after checking each still runs our module — the router first (it stops its
-workers), then any worker left over (e.g. when the router was killed).
+workers), then any worker left over (e.g. when the router was killed). Before writing or starting
+anything, `start` refuses (exit 2 naming them) when any port it would bind — the router's or a
+worker's — already has a server: another run's workers there would answer this router's health
+checks, and a second router would take over the first one's PID files.
 
     python -m env.alfworld.launch start --config configs/alfworld.yaml [--set alfworld.n_workers=4]
     python -m env.alfworld.launch stop  --config configs/alfworld.yaml
@@ -25,6 +28,7 @@ from env.launch import (
     config_arguments,
     health_ok,
     launcher_main,
+    port_taken,
     read_pid,
     start_server,
     stop_pid_file,
@@ -44,12 +48,23 @@ def start(cfg: Config) -> int:
     url = f"http://{alf.host}:{alf.port}"
     if read_pid(log_dir / "router.pid") is not None and health_ok(f"{url}/health"):
         raise LaunchError(f"an ALFWorld router is already running at {url} (see {log_dir})")
+    busy = [port for port in bound_ports(cfg) if port_taken(port, alf.host)]
+    if busy:
+        raise LaunchError(f"port(s) {', '.join(map(str, busy))} of {alf.host} in use (another "
+                          "server, perhaps another run's): stop it by its PID file, or choose "
+                          "other ports: --set alfworld.port=N --set alfworld.worker_base_port=M")
     cmd = [sys.executable, "-m", ROUTER_MODULE, *config_arguments(cfg)]
     timeout = alf.start_timeout_s * 2  # workers start in parallel, then the router answers
     proc = start_server(cmd, f"{url}/health", log_dir / "router.log", timeout_s=timeout)
     logger.info("ALFWorld router pid %d at %s with %d workers; logs in %s", proc.pid, url,
                 alf.n_workers, log_dir)
     return proc.pid
+
+
+def bound_ports(cfg: Config) -> list[int]:
+    """Every port a start binds: the router's, then the workers' (`worker_base_port + i`)."""
+    alf = cfg.alfworld
+    return [alf.port, *range(alf.worker_base_port, alf.worker_base_port + alf.n_workers)]
 
 
 def stop(cfg: Config) -> int:

@@ -24,7 +24,15 @@ import urllib3
 from flask import Flask, Response, jsonify, request
 
 from env.alfworld.pool import WorkerHandle, WorkerPool, worker_command
-from env.alfworld.wire import CloseRequest, ResetRequest, StepRequest, episode_worker, lost
+from env.alfworld.wire import (
+    MIN_RESET_TIMEOUT_S,
+    CloseRequest,
+    ResetRequest,
+    StepRequest,
+    deadline_passed,
+    episode_worker,
+    lost,
+)
 from env.http_server import make_server
 from env.launch import (
     add_config_arguments,
@@ -77,8 +85,13 @@ def _reset(cfg: AlfworldConfig, pool: WorkerPool, upstream: Upstream) -> Respons
     while (handle := pool.place(tried, req.game)) is not None:
         tried.add(handle.index)
         remaining = deadline - time.monotonic()
-        result = None if remaining <= 0 else upstream.post(
-            handle, "/reset", {"game": req.game, "timeout_s": remaining}, remaining + 1.0)
+        if remaining <= 0:
+            pool.placed(handle, False)
+            raise deadline_passed()
+        # A worker accepts no deadline under the minimum: at most that much past the client's.
+        timeout = max(remaining, MIN_RESET_TIMEOUT_S)
+        result = upstream.post(
+            handle, "/reset", {"game": req.game, "timeout_s": timeout}, timeout + 1.0)
         started = result is not None and result[0] == 200
         busy = result is not None and result[0] == 503
         pool.placed(handle, started, full=busy and b'"worker_full"' in result[1])
@@ -152,16 +165,17 @@ def main(argv: list[str] | None = None) -> None:
     cfg = config.alfworld
     logging.basicConfig(level=logging.INFO, format="%(asctime)s router %(levelname)s %(message)s")
     exit_on_sigterm()
-    write_pid_file(Path(cfg.log_dir) / "router.pid")
     http = urllib3.PoolManager(maxsize=cfg.threads * 2, block=False)
     pool = WorkerPool(cfg, worker_command(config_arguments(config), os.getpid()), http)
+    # Bound first: a router whose port is taken exits before any PID file or worker.
+    server = make_server(create_app(cfg, pool, Upstream(http)), host=cfg.host, port=cfg.port,
+                         threads=cfg.threads, max_body_bytes=cfg.max_body_bytes,
+                         channel_request_lookahead=1, ident="alfworld-router")
+    write_pid_file(Path(cfg.log_dir) / "router.pid")
     try:
         pool.start_all()
         threading.Thread(target=pool.supervise, daemon=True, name="supervise").start()
-        make_server(create_app(cfg, pool, Upstream(http)), host=cfg.host,
-                    port=cfg.port, threads=cfg.threads,
-                    max_body_bytes=cfg.max_body_bytes, channel_request_lookahead=1,
-                    ident="alfworld-router").serve()
+        server.serve()
     finally:
         pool.stop_all()
         logger.info("router stopped")

@@ -1,9 +1,9 @@
 """ALFWorld worker server: live TextWorld episodes behind `/health`, `/reset`, `/step`, `/close`.
 
 Owns the worker's HTTP surface (a Flask app factory, served by waitress) and its process life:
-PID file, housekeeping thread (idle-TTL eviction; exit when the supervising router is gone), and
-a clean stop on SIGTERM (translator process included). One worker = one engine lock; run several
-workers (the router does) for parallelism.
+PID file (written once its port is bound), housekeeping thread (idle-TTL eviction; exit when
+the supervising router is gone), and a clean stop on SIGTERM (translator process included). One
+worker = one engine lock; run several workers (the router does) for parallelism.
 
     python -m env.alfworld.worker --config configs/alfworld.yaml --index 0
 """
@@ -124,18 +124,20 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO,
                         format=f"%(asctime)s worker-{args.index} %(levelname)s %(message)s")
     exit_on_sigterm()
-    write_pid_file(Path(cfg.log_dir) / f"worker-{args.index}.pid")
     engine = Engine(cfg.translation_cache_games)
     table = WorkerEpisodes(args.index, cfg.capacity, cfg.episode_ttl_s,
                            cfg.retry_after_s)
     stop = threading.Event()
-    threading.Thread(target=housekeep, daemon=True, name="housekeeping",
-                     args=(table, stop, lambda: _router_alive(args.parent_pid))).start()
     try:
-        make_server(create_app(cfg, engine, table), host=cfg.host,
-                    port=cfg.worker_base_port + args.index, threads=cfg.threads,
-                    max_body_bytes=cfg.max_body_bytes, channel_request_lookahead=1,
-                    ident="alfworld-worker").serve()
+        # Bound first: a worker whose port is taken exits before touching any PID file.
+        server = make_server(create_app(cfg, engine, table), host=cfg.host,
+                             port=cfg.worker_base_port + args.index, threads=cfg.threads,
+                             max_body_bytes=cfg.max_body_bytes, channel_request_lookahead=1,
+                             ident="alfworld-worker")
+        write_pid_file(Path(cfg.log_dir) / f"worker-{args.index}.pid")
+        threading.Thread(target=housekeep, daemon=True, name="housekeeping",
+                         args=(table, stop, lambda: _router_alive(args.parent_pid))).start()
+        server.serve()
     finally:
         stop.set()
         engine.shutdown()

@@ -1,21 +1,28 @@
 """Router + workers as real processes on loopback: play, bad input, capacity, TTL, orphan-free
-resets, a killed worker, and a stop that leaves no process behind."""
+resets, a killed worker, a second start on busy ports refused, and a stop that leaves no process
+behind."""
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 import requests
 
+from env.alfworld import launch
+from env.launch import config_arguments, free_port
 from tests.servers import (
     assert_served_under_hostile_connections,
     health_latencies_under_slow_clients,
 )
 
+ROOT = Path(__file__).resolve().parents[2]
 SAME_OUTSIDE = "game: must be the path of a game inside the data root, relative to it"
 
 
@@ -56,6 +63,12 @@ def _bad_requests(game: str, episode_id: str) -> list[tuple[str, object, int, st
         ("/reset", {}, 400, "game"), ("/reset", {"game": ["x"]}, 400, "game"),
         ("/reset", {"game": {"a": 1}}, 400, "game"), ("/reset", {"game": ""}, 400, "game"),
         ("/reset", {"game": game, "timeout_s": "soon"}, 400, "timeout_s"),
+        *[("/reset", {"game": game, "timeout_s": small}, 400, "timeout_s")
+          for small in (1e-6, 0.0099, 0, -1)],  # a deadline no reset can meet: never a 503
+        ("/reset", {"game": game, "timeout_s": 3601}, 400, "timeout_s"),
+        ("/reset", {"game": "x" * 300}, 404, "game"),  # over the name limit: no game, no 500
+        ("/reset", {"game": f"{'y' * 300}/game.tw-pddl"}, 404, "game"),
+        ("/reset", {"game": "x" * 255}, 404, "game"),
         ("/step", {"action": "look"}, 400, "episode_id"),
         ("/step", {"episode_id": [episode_id], "action": "look"}, 400, "episode_id"),
         ("/step", {"episode_id": {"id": episode_id}, "action": "look"}, 400, "episode_id"),
@@ -174,7 +187,7 @@ def test_abandoned_reset_keeps_no_episode(servers, alfworld_games, fresh_copy):
     with pytest.raises(requests.exceptions.ReadTimeout):  # client gone: the worker drops it
         servers.post("/reset", {"game": cold[1]}, timeout=0.05, base=worker)
     assert _wait(lambda: requests.get(f"{worker}/health", timeout=5).json()["dropped_resets"])
-    resp = servers.post("/reset", {"game": cold[2], "timeout_s": 0.01})
+    resp = servers.post("/reset", {"game": cold[2], "timeout_s": 0.05})
     assert resp.status_code == 408 and resp.json()["error"] == "reset_abandoned"
     assert _wait(lambda: _live(servers) == before, timeout_s=10)
     time.sleep(1.0)  # let the health loop refresh; the count must stay put
@@ -216,8 +229,6 @@ def test_killed_worker_is_respawned_and_its_episodes_lost(servers, alfworld_game
 
 
 def test_stop_leaves_no_process(launch_servers, alfworld_games):
-    from env.alfworld import launch
-
     own = launch_servers(n_workers=2)
     own.post("/reset", {"game": alfworld_games[0].key})  # starts a translator process too
     router = psutil.Process(own.health()["pid"])
@@ -227,3 +238,24 @@ def test_stop_leaves_no_process(launch_servers, alfworld_games):
     gone, alive = psutil.wait_procs(family, timeout=15)
     assert not alive, alive
     assert not list(own.log_dir.glob("*.pid"))
+
+
+def test_a_second_router_on_busy_worker_ports_is_refused_and_touches_nothing(servers):
+    """`start` beside a running router, its own router port free but the same worker ports:
+    exit 2 naming the busy ports, before any PID file is written, overwritten or deleted."""
+    names = sorted(path.name for path in servers.log_dir.iterdir())
+    files = {path.name: path.read_bytes() for path in servers.log_dir.glob("*.pid")}
+    assert set(files) == {"router.pid", "worker-0.pid", "worker-1.pid"}
+    other = free_port(exclude=launch.bound_ports(servers.cfg))
+    done = subprocess.run(
+        [sys.executable, "-m", "env.alfworld.launch", "start", *config_arguments(servers.cfg),
+         "--set", f"alfworld.port={other}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if " ERROR " in line]
+    workers = launch.bound_ports(servers.cfg)[1:]
+    assert len(errors) == 1 and ", ".join(map(str, workers)) in errors[0], done.stderr
+    assert str(other) not in errors[0]
+    assert sorted(path.name for path in servers.log_dir.iterdir()) == names
+    assert {path.name: path.read_bytes() for path in servers.log_dir.glob("*.pid")} == files
+    assert servers.health()["ok"] and servers.health()["pid"] == int(files["router.pid"])
