@@ -1,8 +1,9 @@
 """Flask app factory of the retrieval server: `/health` and `/search`.
 
 Owns the HTTP surface only: the body (a JSON object, at most `max_body_bytes`: `env.wire`),
-validation (400 naming the problem, via `evolving_rl.retrieval.protocol`), errors in the wire's one
-JSON shape `{"error", "message", "field"}` (`env.wire.install_error_handlers`), and the search
+validation (400 naming the problem and its `field`, via `evolving_rl.retrieval.protocol`), errors
+in the wire's one JSON shape `{"error", "message", "field"}` (`env.wire.install_error_handlers`;
+503 `stopping` for a request whose encoding the server's stop cut short), and the search
 service that turns query texts into vectors (reusing index vectors for exact indexed texts when
 the model has no query prompt, else encoding them online) and asks the index for top-k.
 """
@@ -16,7 +17,7 @@ from flask import Flask, Response, jsonify
 
 from env.wire import WireError, install_error_handlers, read_json_object
 from evolving_rl.config.schema import RetrievalConfig
-from evolving_rl.retrieval.encoder import Encoder
+from evolving_rl.retrieval.encoder import Encoder, EncoderClosed
 from evolving_rl.retrieval.index import Hit, SearchIndex
 from evolving_rl.retrieval.protocol import (
     Limits,
@@ -63,8 +64,8 @@ def create_app(index: SearchIndex, encoder: Encoder, cfg: RetrievalConfig) -> Fl
     app.json.sort_keys = False
     install_error_handlers(app)
     service = SearchService(index, encoder)
-    limits = Limits(cfg.max_k, cfg.max_batch_queries, frozenset(index.split_masks),
-                    frozenset(index.type_masks))
+    limits = Limits(cfg.max_k, cfg.max_batch_queries, cfg.max_query_chars,
+                    frozenset(index.split_masks), frozenset(index.type_masks))
 
     @app.get("/health")
     def health() -> Response:
@@ -81,6 +82,10 @@ def create_app(index: SearchIndex, encoder: Encoder, cfg: RetrievalConfig) -> Fl
 
     @app.errorhandler(RequestError)
     def bad_request(err: RequestError) -> Response:
-        return WireError(400, "bad_request", str(err)).response()
+        return WireError(400, "bad_request", str(err), err.field).response()
+
+    @app.errorhandler(EncoderClosed)
+    def stopping(err: EncoderClosed) -> Response:
+        return WireError(503, "stopping", f"the server is stopping: {err}").response()
 
     return app

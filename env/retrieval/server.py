@@ -3,10 +3,13 @@
     python -m env.retrieval --config configs/local_cpu.yaml [--host H] [--port N] [--set k=v]
 
 Owns start-up order and refusal: the cache is read first and its model compared with the
-configured one before the model is loaded, so a cache built with another model stops the
+configured one before the model is loaded, so a cache built with another model (or holding a
+question longer than `retrieval.max_query_chars`, which no client could then send) stops the
 process with a clear message and exit code 2. Writes `<log_dir>/retrieval-<port>.pid` and logs
 to `<log_dir>/retrieval-<port>.log`; SIGTERM shuts down cleanly (the requests in flight answered
-first: `env.http_server.Server.serve`) and removes the PID file.
+first: `env.http_server.Server.serve`), then closes the encoder, waiting for the batch it runs
+(a request that outlasted the grace may still be encoding: the interpreter must not exit under a
+thread in native code, which aborts the process), and removes the PID file.
 """
 
 from __future__ import annotations
@@ -43,6 +46,12 @@ def log_file(cfg: RetrievalConfig) -> Path:
 def load_index_and_encoder(cfg: RetrievalConfig) -> tuple[SearchIndex, Encoder]:
     """Read the cache, check it fits the configured model, then load the model."""
     cache = load_cache(cfg.cache_path)
+    longest = max(cache.rows, key=lambda row: len(row.question), default=None)
+    if longest is not None and len(longest.question) > cfg.max_query_chars:
+        raise ConfigError("retrieval.max_query_chars", f"task {longest.id} of cache "
+                          f"{cfg.cache_path} has a question of {len(longest.question)} "
+                          f"characters, over retrieval.max_query_chars={cfg.max_query_chars}: "
+                          "no client could send it; raise the setting")
     spec = resolve_model(cfg.model)
     if cache.model != spec.name:
         raise ModelMismatchError(
@@ -89,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(cfg)
     try:
         index, encoder = load_index_and_encoder(cfg)
-    except (CacheError, ModelLoadError, ModelMismatchError) as err:
+    except (CacheError, ConfigError, ModelLoadError, ModelMismatchError) as err:
         logger.error("refusing to start: %s", err)
         return 2
     app = create_app(index, encoder, cfg)
@@ -104,5 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                 index.size, index.model, index.dimension, cfg.host, cfg.port,
                 cfg.threads, dataclasses.asdict(cfg))
     server.serve()
+    logger.info("closing the encoder (waiting for the batch it encodes, if any)")
+    encoder.close()
     logger.info("retrieval server on port %d stopped", cfg.port)
     return 0

@@ -14,6 +14,7 @@ N_TASKS = 300
 MAX_K = 20
 MAX_QUERIES = 8
 MAX_BODY = 4096
+MAX_QUERY_CHARS = 1000
 
 
 def write_config(folder: Path, prepared_dir: Path, **retrieval) -> Path:
@@ -21,6 +22,7 @@ def write_config(folder: Path, prepared_dir: Path, **retrieval) -> Path:
     section = {"model": "minilm", "prepared_dir": str(prepared_dir),
                "cache_path": str(folder / "cache.npz"), "log_dir": str(folder / "logs"),
                "max_k": MAX_K, "max_batch_queries": MAX_QUERIES, "max_body_bytes": MAX_BODY,
+               "max_query_chars": MAX_QUERY_CHARS,
                "threads": 4, "port": free_port(), **retrieval}
     path = folder / "config.yaml"
     path.write_text(yaml.safe_dump({"environment": "alfworld", "retrieval": section}))

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import requests
-from retrieval_helpers import MAX_BODY, MAX_K, MAX_QUERIES, assert_valid_top_k
+from retrieval_helpers import MAX_BODY, MAX_K, MAX_QUERIES, MAX_QUERY_CHARS, assert_valid_top_k
 
 from evolving_rl.retrieval.cache import save_cache
 from evolving_rl.retrieval.index import SearchFilter, SearchIndex
@@ -123,47 +123,67 @@ def test_concurrent_clients(server, cache):
                    for h in alone + hits if h["id"] in swapped)
 
 
-@pytest.mark.parametrize("body, message", [
-    ({"query": "", "k": 3}, "'query' must not be empty"),
-    ({"query": "   ", "k": 3}, "'query' must not be empty"),
-    ({"query": 7, "k": 3}, "'query' must be a string"),
-    ({"query": None, "k": 3}, "'query' must be a string"),
-    ({"queries": "one", "k": 3}, "'queries' must be a list of strings"),
-    ({"queries": ["ok", 5], "k": 3}, "'queries' must be a list of strings"),
-    ({"queries": ["ok", ""], "k": 3}, r"'queries\[1\]' must not be empty"),
-    ({"queries": [], "k": 3}, "'queries' must not be empty"),
-    ({"queries": ["q"] * (MAX_QUERIES + 1), "k": 3}, f"at most {MAX_QUERIES}"),
-    ({"query": "a", "queries": ["b"], "k": 3}, "exactly one of 'query'"),
-    ({"k": 3}, "exactly one of 'query'"),
-    ({"query": "a"}, "'k' must be an integer"),
-    ({"query": "a", "k": 0}, "'k' must be between 1 and"),
-    ({"query": "a", "k": -2}, "'k' must be between 1 and"),
-    ({"query": "a", "k": MAX_K + 1}, f"'k' must be between 1 and {MAX_K}"),
-    ({"query": "a", "k": "3"}, "'k' must be an integer"),
-    ({"query": "a", "k": 2.5}, "'k' must be an integer"),
-    ({"query": "a", "k": True}, "'k' must be an integer"),
-    ({"query": "a", "k": 3, "split": "test"}, "unknown split 'test'"),
-    ({"query": "a", "k": 3, "split": ["train"]}, "unknown split"),
-    ({"query": "a", "k": 3, "task_types": ["dance"]}, "unknown task type 'dance'"),
-    ({"query": "a", "k": 3, "task_types": "look_at_obj_in_light"}, "'task_types' must be a list"),
-    ({"query": "a", "k": 3, "task_types": []}, "'task_types' must not be empty"),
-    ({"query": "a", "k": 3, "exclude_ids": "x"}, "'exclude_ids' must be a list of strings"),
-    ({"query": "a", "k": 3, "exclude_ids": [1]}, "'exclude_ids' must be a list of strings"),
+@pytest.mark.parametrize("body, message, field", [
+    ({"query": "", "k": 3}, "'query' must not be empty", "query"),
+    ({"query": "   ", "k": 3}, "'query' must not be empty", "query"),
+    ({"query": 7, "k": 3}, "'query' must be a string", "query"),
+    ({"query": None, "k": 3}, "'query' must be a string", "query"),
+    ({"queries": "one", "k": 3}, "'queries' must be a list of strings", "queries"),
+    ({"queries": ["ok", 5], "k": 3}, "'queries' must be a list of strings", "queries"),
+    ({"queries": ["ok", ""], "k": 3}, r"'queries\[1\]' must not be empty", "queries.1"),
+    ({"queries": [], "k": 3}, "'queries' must not be empty", "queries"),
+    ({"queries": ["q"] * (MAX_QUERIES + 1), "k": 3}, f"at most {MAX_QUERIES}", "queries"),
+    ({"query": "a", "queries": ["b"], "k": 3}, "exactly one of 'query'", "query"),
+    ({"k": 3}, "exactly one of 'query'", "query"),
+    ({"query": "a"}, "'k' must be an integer", "k"),
+    ({"query": "a", "k": 0}, "'k' must be between 1 and", "k"),
+    ({"query": "a", "k": -2}, "'k' must be between 1 and", "k"),
+    ({"query": "a", "k": MAX_K + 1}, f"'k' must be between 1 and {MAX_K}", "k"),
+    ({"query": "a", "k": "3"}, "'k' must be an integer", "k"),
+    ({"query": "a", "k": 2.5}, "'k' must be an integer", "k"),
+    ({"query": "a", "k": True}, "'k' must be an integer", "k"),
+    ({"query": "a", "k": 3, "split": "test"}, "unknown split 'test'", "split"),
+    ({"query": "a", "k": 3, "split": ["train"]}, "unknown split", "split"),
+    ({"query": "a", "k": 3, "task_types": ["dance"]}, "unknown task type 'dance'",
+     "task_types.0"),
+    ({"query": "a", "k": 3, "task_types": "look_at_obj_in_light"}, "'task_types' must be a list",
+     "task_types"),
+    ({"query": "a", "k": 3, "task_types": []}, "'task_types' must not be empty", "task_types"),
+    ({"query": "a", "k": 3, "exclude_ids": "x"}, "'exclude_ids' must be a list of strings",
+     "exclude_ids"),
+    ({"query": "a", "k": 3, "exclude_ids": [1]}, "'exclude_ids' must be a list of strings",
+     "exclude_ids"),
     ({"queries": ["a", "b"], "k": 3, "exclude_ids_per_query": [["x"]]},
-     "'exclude_ids_per_query' must be a list of 2 lists"),
+     "'exclude_ids_per_query' must be a list of 2 lists", "exclude_ids_per_query"),
     ({"queries": ["a"], "k": 3, "exclude_ids_per_query": [[3]]},
-     r"'exclude_ids_per_query\[0\]' must be a list of strings"),
-    ({"query": "a", "k": 3, "order": "random"}, "'order' must be one of"),
-    ({"query": "a", "k": 3, "top": 3}, "unknown field 'top'"),
-    (["a", "list"], "body must be a JSON object"),
-    ("a string", "body must be a JSON object"),
+     r"'exclude_ids_per_query\[0\]' must be a list of strings", "exclude_ids_per_query.0"),
+    ({"query": "a", "k": 3, "order": "random"}, "'order' must be one of", "order"),
+    ({"query": "a", "k": 3, "top": 3}, "unknown field 'top'", "top"),
+    (["a", "list"], "body must be a JSON object", "body"),
+    ("a string", "body must be a JSON object", "body"),
 ])
-def test_bad_input_is_400_naming_the_problem(server, body, message):
+def test_bad_input_is_400_naming_the_problem_and_its_field(server, body, message, field):
     response = post(server, body)
     assert response.status_code == 400, response.text
     error = response.json()
     assert error["error"] == ("malformed_json" if "JSON object" in message else "bad_request")
     assert re.search(message, error["message"]), error
+    assert error["field"] == field, error
+
+
+def test_a_query_over_max_query_chars_is_400_naming_it(server):
+    """The bound is the setting's (retrieval.max_query_chars), well under the body limit."""
+    longest = "x" * MAX_QUERY_CHARS
+    assert post(server, {"query": longest, "k": 1}).status_code == 200
+    for body, field, name in (({"query": longest + "y", "k": 1}, "query", "'query'"),
+                              ({"queries": ["ok", longest + "y"], "k": 1}, "queries.1",
+                               "'queries[1]'")):
+        response = post(server, body)
+        assert response.status_code == 400, response.text
+        assert response.json() == {
+            "error": "bad_request", "field": field,
+            "message": f"{name} has {MAX_QUERY_CHARS + 1} characters; at most "
+                       f"{MAX_QUERY_CHARS} (retrieval.max_query_chars)"}
 
 
 @pytest.mark.parametrize("data", [b"{not json", b"", b"\xff\xfe\x00garbage", b"[" * 4000])

@@ -335,10 +335,14 @@ class RetrievalConfig(ServerSettings):
     torch_threads: int = bounded(2, ge=1)
     # The query's prompt ("": the model's own "query" prompt, if it declares one).
     query_prompt: str = ""
-    query_cache_size: int = bounded(4096, ge=0)
+    # Encoded queries kept for reuse, bounded by the bytes of their texts and vectors (0: none).
+    query_cache_bytes: int = bounded(32 * 1024 * 1024, ge=0)
     port: int = bounded(8200, ge=1, le=65535)
     max_k: int = bounded(100, ge=1)
     max_batch_queries: int = bounded(256, ge=1)
+    # The longest query text accepted, in characters (longer: a 400 naming it). Task questions
+    # are a few hundred characters; the bound keeps the tokenizer's memory per request small.
+    max_query_chars: int = bounded(4096, ge=1)
 
 
 @dataclass(frozen=True)

@@ -14,14 +14,15 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from evolving_rl.config.schema import RetrievalConfig
+from evolving_rl.retrieval.query_cache import QueryCache
 
 logger = logging.getLogger(__name__)
 
@@ -85,15 +86,22 @@ def load_sentence_transformer(spec: ModelSpec, device: str, torch_threads: int,
     return model
 
 
+class EncoderClosed(RuntimeError):
+    """The encoder was closed (the server is stopping); nothing more is encoded."""
+
+
 class Encoder:
     """Encodes documents and queries with one loaded model; safe to share across threads.
 
-    Encoding is serialised by a lock (torch already uses every core it was given), and encoded
-    queries are kept in a small LRU so repeated queries cost a dictionary lookup.
+    Encoding is serialised by a lock (torch already uses every core it was given) and runs one
+    batch of `batch_size` texts at a time, so `close` waits for one batch at most: after it no
+    thread runs the model, and the interpreter can exit without a thread returning from native
+    code under it (which aborts the process). Encoded queries are kept in a `QueryCache` bounded
+    by bytes, so repeated queries cost a dictionary lookup.
     """
 
     def __init__(self, model: Any, name: str, batch_size: int, query_prompt: str = "",
-                 query_cache_size: int = 0) -> None:
+                 query_cache_bytes: int = 0) -> None:
         self.model = model
         self.name = name
         self.batch_size = batch_size
@@ -103,18 +111,30 @@ class Encoder:
                              if hasattr(model, "get_embedding_dimension")
                              else model.get_sentence_embedding_dimension())
         self._model_lock = threading.Lock()
-        self._cache_lock = threading.Lock()
-        self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._query_cache_size = query_cache_size
+        self._closed = False
+        self.query_cache = QueryCache(query_cache_bytes)
 
     def _encode(self, texts: list[str], prompt: str, show_progress: bool) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.dimension), dtype=np.float32)
+        vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        # Longest first, as sentence-transformers orders its own batches: little padding.
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        starts = range(0, len(texts), self.batch_size)
+        for start in tqdm(starts, disable=not show_progress, unit="batch"):
+            batch = order[start:start + self.batch_size]
+            with self._model_lock:
+                if self._closed:
+                    raise EncoderClosed(f"encoder {self.name} is closed")
+                vectors[batch] = self.model.encode(
+                    [texts[i] for i in batch], batch_size=self.batch_size, prompt=prompt,
+                    convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False)
+        return vectors
+
+    def close(self) -> None:
+        """Stop encoding: wait for the batch running now, if any; later calls raise
+        `EncoderClosed`."""
+        self._closed = True
         with self._model_lock:
-            vectors = self.model.encode(texts, batch_size=self.batch_size, prompt=prompt,
-                                        convert_to_numpy=True, normalize_embeddings=True,
-                                        show_progress_bar=show_progress)
-        return np.ascontiguousarray(vectors, dtype=np.float32)
+            pass
 
     def encode_documents(self, texts: list[str], show_progress: bool = False) -> np.ndarray:
         """Embed index documents (no prompt)."""
@@ -122,20 +142,11 @@ class Encoder:
 
     def encode_queries(self, texts: list[str]) -> np.ndarray:
         """Embed queries with the query prompt, reusing recently encoded ones."""
-        found: dict[str, np.ndarray] = {}
-        with self._cache_lock:
-            for text in texts:
-                if text in self._query_cache:
-                    self._query_cache.move_to_end(text)
-                    found[text] = self._query_cache[text]
+        found = self.query_cache.get_many(texts)
         missing = list(dict.fromkeys(t for t in texts if t not in found))
         fresh = self._encode(missing, self.query_prompt, False)
         found.update(zip(missing, fresh, strict=True))
-        if self._query_cache_size > 0 and missing:
-            with self._cache_lock:
-                self._query_cache.update(zip(missing, fresh, strict=True))
-                while len(self._query_cache) > self._query_cache_size:
-                    self._query_cache.popitem(last=False)
+        self.query_cache.put_many(missing, fresh)
         return np.stack([found[text] for text in texts])
 
 
@@ -143,4 +154,4 @@ def load_encoder(cfg: RetrievalConfig) -> Encoder:
     """Resolve, load and wrap the configured model."""
     spec = resolve_model(cfg.model)
     model = load_sentence_transformer(spec, cfg.device, cfg.torch_threads, cfg.dtype)
-    return Encoder(model, spec.name, cfg.batch_size, cfg.query_prompt, cfg.query_cache_size)
+    return Encoder(model, spec.name, cfg.batch_size, cfg.query_prompt, cfg.query_cache_bytes)

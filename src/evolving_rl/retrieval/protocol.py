@@ -1,11 +1,12 @@
 """HTTP wire types of the retrieval server, shared by the server and its clients.
 
 Owns validation of a `/search` body: `parse_search_request` turns untrusted JSON into a typed
-`SearchRequest` or raises `RequestError` with a message naming the offending field.
+`SearchRequest` or raises `RequestError` naming the offending field (`field`: its dotted path in
+the body, as `env.wire` names fields, e.g. `queries.1`; `body` for the body as a whole).
 
 Request body::
 
-    {"query": str} or {"queries": [str, ...]},      # exactly one of the two
+    {"query": str} or {"queries": [str, ...]},      # exactly one; each 1..max_query_chars
     "k": int,                                        # 1..max_k
     "exclude_ids": [str, ...],                       # optional, applied to every query
     "exclude_ids_per_query": [[str, ...], ...],      # optional, one list per query
@@ -29,7 +30,11 @@ FIELDS = {"query", "queries", "k", "exclude_ids", "exclude_ids_per_query", "spli
 
 
 class RequestError(ValueError):
-    """A client sent a request the server cannot serve (answered with HTTP 400)."""
+    """A client sent a request the server cannot serve (answered with HTTP 400 naming `field`)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,7 @@ class Limits:
 
     max_k: int
     max_queries: int
+    max_query_chars: int
     splits: frozenset[str]
     task_types: frozenset[str]
 
@@ -57,36 +63,41 @@ def _string_list(body: dict[str, Any], name: str, allow_empty: bool = True) -> l
     if value is None:
         return None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise RequestError(f"'{name}' must be a list of strings")
+        raise RequestError(name, f"'{name}' must be a list of strings")
     if not allow_empty and not value:
-        raise RequestError(f"'{name}' must not be empty")
+        raise RequestError(name, f"'{name}' must not be empty")
     return value
 
 
 def _queries(body: dict[str, Any], limits: Limits) -> tuple[str, ...]:
     if ("query" in body) == ("queries" in body):
-        raise RequestError("give exactly one of 'query' (a string) or 'queries' (a list)")
+        raise RequestError("query", "give exactly one of 'query' (a string) or 'queries' (a list)")
     if "query" in body:
         if not isinstance(body["query"], str):
-            raise RequestError("'query' must be a string")
+            raise RequestError("query", "'query' must be a string")
         queries = [body["query"]]
     else:
         queries = _string_list(body, "queries", allow_empty=False) or []
     if len(queries) > limits.max_queries:
-        raise RequestError(f"'queries' has {len(queries)} items; at most {limits.max_queries}")
+        raise RequestError("queries", f"'queries' has {len(queries)} items; "
+                                      f"at most {limits.max_queries}")
     for i, query in enumerate(queries):
+        field, name = ("query", "'query'") if "query" in body else (f"queries.{i}",
+                                                                    f"'queries[{i}]'")
         if not query.strip():
-            raise RequestError("'query' must not be empty" if "query" in body
-                               else f"'queries[{i}]' must not be empty")
+            raise RequestError(field, f"{name} must not be empty")
+        if len(query) > limits.max_query_chars:
+            raise RequestError(field, f"{name} has {len(query)} characters; at most "
+                                      f"{limits.max_query_chars} (retrieval.max_query_chars)")
     return tuple(queries)
 
 
 def _k(body: dict[str, Any], limits: Limits) -> int:
     k = body.get("k")
     if isinstance(k, bool) or not isinstance(k, int):
-        raise RequestError("'k' must be an integer")
+        raise RequestError("k", "'k' must be an integer")
     if not 1 <= k <= limits.max_k:
-        raise RequestError(f"'k' must be between 1 and {limits.max_k}, got {k}")
+        raise RequestError("k", f"'k' must be between 1 and {limits.max_k}, got {k}")
     return k
 
 
@@ -96,11 +107,13 @@ def _exclusions(body: dict[str, Any], n_queries: int) -> list[frozenset[str]]:
     if per_query is None:
         return [shared] * n_queries
     if not isinstance(per_query, list) or len(per_query) != n_queries:
-        raise RequestError(f"'exclude_ids_per_query' must be a list of {n_queries} lists")
+        raise RequestError("exclude_ids_per_query",
+                           f"'exclude_ids_per_query' must be a list of {n_queries} lists")
     out = []
     for i, ids in enumerate(per_query):
         if not isinstance(ids, list) or not all(isinstance(v, str) for v in ids):
-            raise RequestError(f"'exclude_ids_per_query[{i}]' must be a list of strings")
+            raise RequestError(f"exclude_ids_per_query.{i}",
+                               f"'exclude_ids_per_query[{i}]' must be a list of strings")
         out.append(shared | frozenset(ids))
     return out
 
@@ -108,23 +121,25 @@ def _exclusions(body: dict[str, Any], n_queries: int) -> list[frozenset[str]]:
 def parse_search_request(body: Any, limits: Limits) -> SearchRequest:
     """Validate a decoded JSON body into a `SearchRequest`."""
     if not isinstance(body, dict):
-        raise RequestError("request body must be a JSON object")
+        raise RequestError("body", "request body must be a JSON object")
     unknown = sorted(set(body) - FIELDS)
     if unknown:
-        raise RequestError(f"unknown field '{unknown[0]}' (known: {', '.join(sorted(FIELDS))})")
+        raise RequestError(unknown[0], f"unknown field '{unknown[0]}' "
+                                       f"(known: {', '.join(sorted(FIELDS))})")
     queries = _queries(body, limits)
     k = _k(body, limits)
     split = body.get("split")
     if split is not None and (not isinstance(split, str) or split not in limits.splits):
-        raise RequestError(f"unknown split {split!r} (known: {', '.join(sorted(limits.splits))})")
+        raise RequestError("split", f"unknown split {split!r} "
+                                    f"(known: {', '.join(sorted(limits.splits))})")
     task_types = _string_list(body, "task_types", allow_empty=False)
-    for task_type in task_types or ():
+    for i, task_type in enumerate(task_types or ()):
         if task_type not in limits.task_types:
-            raise RequestError(f"unknown task type {task_type!r} "
+            raise RequestError(f"task_types.{i}", f"unknown task type {task_type!r} "
                                f"(known: {', '.join(sorted(limits.task_types))})")
     order = body.get("order", "most_similar")
     if order not in ORDERS:
-        raise RequestError(f"'order' must be one of {list(ORDERS)}, got {order!r}")
+        raise RequestError("order", f"'order' must be one of {list(ORDERS)}, got {order!r}")
     types = tuple(task_types) if task_types is not None else None
     filters = tuple(SearchFilter(split, types, ids)
                     for ids in _exclusions(body, len(queries)))
