@@ -31,9 +31,10 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from env.ports import free_port, free_port_block  # noqa: F401 (re-exported)
 from evolving_rl.config import Config, ConfigError, load_config, parse_config, to_dict
 
 logger = logging.getLogger(__name__)
@@ -118,9 +119,6 @@ def launcher_main(argv: list[str] | None, description: str, start: Callable[[Con
     return 0
 
 
-_PORT_TRIES = 200
-
-
 def exit_on_sigterm() -> None:
     """Turn SIGTERM into SystemExit in a server process, so its `finally` blocks clean up."""
 
@@ -128,15 +126,6 @@ def exit_on_sigterm() -> None:
         raise SystemExit(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, _raise_exit)
-
-
-def _bindable(port: int, host: str) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-        return True
 
 
 def _listening(port: int, host: str) -> bool:
@@ -149,30 +138,6 @@ def _listening(port: int, host: str) -> bool:
 def port_taken(port: int, host: str) -> bool:
     """Whether a server already listens on `host:port` (checked before a job writes anything)."""
     return _listening(port, host)
-
-
-def free_port(host: str = "127.0.0.1", exclude: Collection[int] = ()) -> int:
-    """A TCP port on `host` that was free a moment ago and is not in `exclude` (for tests and
-    ad-hoc runs)."""
-    for _ in range(_PORT_TRIES):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((host, 0))
-            port = int(sock.getsockname()[1])
-        if port not in exclude:
-            return port
-    raise LaunchError(f"no free port on {host} outside {len(exclude)} excluded ones")
-
-
-def free_port_block(count: int, host: str = "127.0.0.1", exclude: Collection[int] = ()) -> int:
-    """First of `count` consecutive ports that were all free a moment ago and none in `exclude`
-    (a router and its workers at `worker_base_port + i`)."""
-    for _ in range(_PORT_TRIES):
-        base = free_port(host, exclude)
-        ports = range(base, base + count)
-        if ports[-1] <= 65535 and not any(p in exclude for p in ports) and all(
-                _bindable(p, host) for p in ports[1:]):
-            return base
-    raise LaunchError(f"no {count} consecutive free ports on {host}")
 
 
 def write_pid_file(path: str | Path) -> Path:

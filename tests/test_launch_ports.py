@@ -1,15 +1,20 @@
-"""Port helpers of env/launch.py: consecutive free blocks for a router and its workers; a start
-on a port another server holds is refused."""
+"""Port helpers of env/launch.py (env/ports.py): consecutive free blocks for a router and its
+workers, picked outside the kernel's ephemeral range and never handed to two processes; a start on
+a port another server holds is refused."""
 
 from __future__ import annotations
 
 import http.server
+import random
 import socket
+import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
+from env import ports
 from env.launch import LaunchError, free_port, free_port_block, start_server
 
 
@@ -22,6 +27,43 @@ def test_block_is_free_and_avoids_excluded_ports():
     assert other not in range(base, base + 4)
     again = free_port_block(3, exclude={base, base + 1, base + 2, base + 3})
     assert not set(range(again, again + 3)) & set(range(base, base + 4))
+
+
+CLAIM_IN_CHILD = """
+import random, sys
+from env import ports
+ports._rng = random.Random(7)
+print(ports.free_port(), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_ports_come_from_outside_the_kernels_ephemeral_range():
+    """Where outgoing connections' source ports and bind(0) land: a port picked there can be
+    taken by any connection before the server binds it."""
+    low, high = (int(v) for v in
+                 Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    picked = [free_port() for _ in range(20)] + [free_port_block(3) + 2 for _ in range(10)]
+    assert not [port for port in picked if low <= port <= high]
+
+
+def test_a_port_claimed_by_another_process_is_not_handed_out(monkeypatch):
+    """The child and this process draw the same first port; only the child gets it, until it
+    exits."""
+    root = Path(__file__).resolve().parents[1]
+    child = subprocess.Popen([sys.executable, "-c", CLAIM_IN_CHILD], cwd=root, text=True,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        theirs = int(child.stdout.readline())
+        monkeypatch.setattr(ports, "_rng", random.Random(7))
+        ours = free_port()
+    finally:
+        child.communicate("", timeout=30)
+    assert ours != theirs
+    monkeypatch.setattr(ports, "_rng", random.Random(7))
+    assert free_port() == theirs  # the child's claim ended with it
+    monkeypatch.setattr(ports, "_rng", random.Random(7))
+    assert free_port() not in (ours, theirs)  # both claimed by this process now
 
 
 def test_block_skips_a_taken_port():
