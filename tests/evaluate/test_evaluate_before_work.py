@@ -30,6 +30,7 @@ from evolving_rl.evaluate.runner import (
 )
 from evolving_rl.pipeline.eval_records import ArmRecord, CaseRecord, CaseStore
 from evolving_rl.pipeline.evaluation import EvalProtocol
+from evolving_rl.retrieval.prepared import read_split
 from tests.fakes.checkpoint import checkpoint_spec
 from tests.servers import ROOT
 
@@ -85,7 +86,8 @@ def _request(out: Path, repeats: int = 2) -> EvalRequest:
 def _store_every_case(cfg: Config, spec: PolicySpec | None, out: Path) -> CaseStore:
     """Every case of `_request(out)`, stored under `spec`'s key (None: unkeyed, as before)."""
     request = _request(out)
-    key = None if spec is None else eval_key(cfg, spec, request.splits, request.train_split,
+    rows = {split: read_split(cfg.alfworld.prepared_dir, split) for split in request.splits}
+    key = None if spec is None else eval_key(cfg, spec, rows, request.train_split,
                                               request.retrieval_split, None).key
     store = CaseStore(out / CASES_FILE, key)
     store.append(_case("valid_unseen", f"valid_unseen-{i}", TYPES[i % 2], r)

@@ -14,11 +14,12 @@ training task types (the held-out breakdown) are those of `--train-split` (defau
 `--retrieval-split` (default `train`, all training tasks, as the reference's eval did). The env
 and retrieval servers are started and stopped here unless `--no-servers`. Finished cases are
 kept in `<out>/cases.jsonl` under the key of what they were computed from (the checkpoint's
-files, the outcome-changing settings, the data: `evaluate.provenance`): rerunning the same command
-on the same checkpoint resumes, another checkpoint (or config, or data) in the same `--out` sets
-the old cases aside and runs again; `--fresh` starts over. Writes `<out>/report.json`, `report.md`
-(both say the policy's, config's and data's digests) and a chart per split. Exit 2 on a bad
-argument or config, or a protocol the environment cannot run (expert_skill and written_skill:
+files, the outcome-changing settings, the data and the game files it names, the code:
+`evaluate.provenance`): rerunning the same command on the same checkpoint and code resumes,
+another checkpoint (or config, data, game file or source file) in the same `--out` sets the old
+cases aside and runs again; `--fresh` starts over. Writes `<out>/report.json`, `report.md`
+(both say the policy's, config's, data's and code's digests) and a chart per split. Exit 2 on a
+bad argument or config, or a protocol the environment cannot run (expert_skill and written_skill:
 ALFWorld only), or a `--local` folder with no model (the line lists the checkpoints that exist)
 or a missing `--tokenizer` folder; all before any stored case is read or any server starts. Exit 2
 also when cases remain to run on a device torch cannot use here (`--device cuda` on a machine

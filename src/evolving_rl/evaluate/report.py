@@ -162,8 +162,8 @@ def _provenance(meta: Mapping[str, Any]) -> list[str]:
         " (a served model: its URL, model name and tokenizer only, not its weights)")
     return ["", f"Computed from: policy {meta.get('policy')} digest {meta.get('policy_digest')}"
             f"{served}; config digest {meta.get('config_digest')}; protocol settings digest "
-            f"{meta.get('protocol_digest')}; data digest {meta.get('data_digest')} (cases key "
-            f"{meta['cases_key']})."]
+            f"{meta.get('protocol_digest')}; data digest {meta.get('data_digest')}; code digest "
+            f"{meta.get('code_digest')} (cases key {meta['cases_key']})."]
 
 
 def write_report(out_dir: Path, meta: Mapping[str, Any], results: Results) -> list[Path]:

@@ -8,11 +8,12 @@ finished cases) and `run_evaluation` (its
 episodes share the policy's batches (the concurrency bounds of `pipeline` hold over them all).
 Finished cases go to `<out>/cases.jsonl` as they finish (`pipeline.eval_records.CaseStore`),
 under the key of what they are computed from (`evaluate.provenance`: the policy's files, the
-settings that change an episode, the protocol settings and the prepared data); a rerun with the
-same key skips them, and the numbers are computed from the records alone, so an interrupted run,
-resumed, reports what an uninterrupted one would; when every case is already there, nothing
-starts (no retrieval cache, server or model). A store of another key (another checkpoint in a
-folder of the same name, a changed setting or data set) or of none (written before the key) is
+settings that change an episode, the protocol settings, the prepared data and the game or task
+files its rows point to, and the package's code); a rerun with the same key skips them, and the
+numbers are computed from the records alone, so an interrupted run, resumed, reports what an
+uninterrupted one would; when every case is already there, nothing starts (no retrieval cache,
+server or model). A store of another key (another checkpoint in a folder of the same name, a
+changed setting, data set, game file or source file) or of none (written before the key) is
 never reused: it is set aside as `cases-<its key>.jsonl` before the run starts. With
 `start_servers`, the retrieval cache is refreshed and the retrieval and environment servers are
 started with this config and stopped on exit (`local.servers`, as the local job does); otherwise
@@ -172,8 +173,8 @@ def run_evaluation(cfg: Config, spec: PolicySpec, request: EvalRequest,
     rows = {split: round_robin(prepared.environment[split], request.limit)
             for split in request.splits}
     train_types = frozenset(row.task_type for row in prepared.environment[request.train_split])
-    key = eval_key(cfg, spec, request.splits, request.train_split, request.retrieval_split,
-                   request.library)
+    key = eval_key(cfg, spec, {split: prepared.environment[split] for split in request.splits},
+                   request.train_split, request.retrieval_split, request.library)
     store = CaseStore(request.out_dir / CASES_FILE, key.key)
     finished = {} if request.fresh else _finished_cases(adapter, request, rows, store)
     if finished and all(len(records) == _n_cases(rows[split], request)
