@@ -1,13 +1,14 @@
-"""The data commands a one-GPU slime profile's header gives, run as written in a sandbox checkout.
+"""The commands of a one-GPU slime profile's recipe, run as written in a sandbox checkout.
 
-`header_commands(config, script)`: the commands of the config's header comment that run `script`
-(continuation lines joined), as argument lists, with the `NAME=value` words before each. A
+`profile_commands(config, script)`: the steps of the recipe profile of `config`
+(src/evolving_rl/slime_bridge/recipe.py, the one source of those commands) that run `script`, as
+argument lists with their environment. A
 `DataSandbox` is a folder laid out like the repo for the data scripts: `scripts/<env>/`,
 `scripts/lib/`, the `env` package (a link to this checkout's) and the profile's config, copied;
 its `scripts/setup_env.sh` does nothing, since this session's venv (`VENV`) is the environment.
-`run` executes a header command there unchanged, so the relative paths of the config (data root,
+`run` executes a profile command there unchanged, so the relative paths of the config (data root,
 prepared splits, retrieval cache) land in the sandbox. `launch_data(config, script)`: the prepared
-folder and the splits the header's launches of a train script read; `profile_splits`: with the
+folder and the splits the profile's launches of a train script read; `profile_splits`: with the
 evaluation's and retrieval's, every split the profile names.
 """
 
@@ -16,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -24,16 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evolving_rl.config import load_config
+from evolving_rl.slime_bridge.recipe import PROFILES, plan
 
 ROOT = Path(__file__).resolve().parents[1]
-_ASSIGNMENT = re.compile(r"[A-Z_]+=\S*")
 # Where the data scripts would look instead of the config's data root: not inherited.
 DATA_VARIABLES = ("ALFWORLD_DATA", "MIND2WEB_DATA", "MIND2WEB_ZIP_PASSWORD")
 
 
 @dataclass(frozen=True)
-class HeaderCommand:
-    """A command of a config's header: its `NAME=value` prefix and its words from `bash`."""
+class ProfileCommand:
+    """A step of a profile's recipe: its environment and its words from `bash`."""
 
     env: dict[str, str]
     argv: list[str]
@@ -46,23 +46,11 @@ class HeaderCommand:
         return self.argv[start:end]
 
 
-def header_lines(config: Path) -> list[str]:
-    """The config's header comment, continuation lines joined, without the `#`."""
-    text = "\n".join(line[1:].strip() for line in config.read_text().splitlines()
-                     if line.startswith("#"))
-    return text.replace("\\\n", " ").splitlines()
-
-
-def header_commands(config: Path, script: str) -> list[HeaderCommand]:
-    """Every `bash <script> ...` command of the header, in order."""
-    found = []
-    for line in header_lines(config):
-        if f"bash {script}" not in line:
-            continue
-        prefix, rest = line.split(f"bash {script}", 1)
-        env = dict(word.split("=", 1) for word in prefix.split() if _ASSIGNMENT.fullmatch(word))
-        found.append(HeaderCommand(env, ["bash", script, *shlex.split(rest)]))
-    return found
+def profile_commands(config: Path, script: str) -> list[ProfileCommand]:
+    """Every step of the recipe profile of `config` that runs `script`, in order."""
+    [profile] = [p for p in PROFILES.values() if ROOT / p.config == config]
+    return [ProfileCommand(dict(step.env), list(step.command)) for step in plan(profile)
+            if step.command[:2] == ("bash", script)]
 
 
 def prepared_rows(prepared_dir: Path, split: str) -> list[dict]:
@@ -80,10 +68,9 @@ def script_default(script: str, name: str) -> str:
 
 
 def launch_data(config: Path, script: str) -> tuple[str, set[str]]:
-    """(PREPARED_DIR, the train and evaluation splits) of the header's launches of `script`
-    that give their environment (a launch described as "the same environment" gives none)."""
-    launches = [command for command in header_commands(config, script) if command.env]
-    assert launches, f"{config.name}'s header has no launch of {script}"
+    """(PREPARED_DIR, the train and evaluation splits) of the profile's launches of `script`."""
+    launches = profile_commands(config, script)
+    assert launches, f"{config.name}'s profile has no launch of {script}"
     folders, splits = set(), set()
     for launch in launches:
         value = {name: launch.env.get(name) or script_default(script, name)
@@ -96,11 +83,11 @@ def launch_data(config: Path, script: str) -> tuple[str, set[str]]:
 
 def profile_splits(config: Path, train_script: str) -> tuple[str, set[str]]:
     """(the launches' PREPARED_DIR, every split the profile names): its launches' train and
-    evaluation splits, the --splits of the header's eval.sh command (beside the train script),
+    evaluation splits, the --splits of its eval.sh step (beside the train script),
     the config's pipeline.retrieval_split and `train`, where the evaluation retrieves by default
     (`python -m evolving_rl.evaluate --help`)."""
     prepared_dir, splits = launch_data(config, train_script)
-    [evaluation] = header_commands(config, f"{Path(train_script).parent}/eval.sh")
+    [evaluation] = profile_commands(config, f"{Path(train_script).parent}/eval.sh")
     retrieval = load_config(config).pipeline.retrieval_split
     return prepared_dir, {*splits, *evaluation.option("--splits"), retrieval, "train"}
 

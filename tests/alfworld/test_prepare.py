@@ -1,6 +1,6 @@
 """ALFWorld data preparation: splits, rows, discovery rules, idempotency, missing-data message;
 subset splits (`alfworld.subsets`), among them the one-GPU profile's valid_small at the counts its
-header's data command generates."""
+recipe's data command generates."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from env.alfworld.prepare import (
 )
 from evolving_rl.config import ConfigError, load_config, parse_config
 from evolving_rl.config.schema import AlfworldSplit, AlfworldSubset
-from tests.profile_data import ROOT, header_commands
+from tests.profile_data import ROOT, profile_commands
 
 OUTPUTS = ("train", "train_seen", "train_unseen", "valid_seen", "valid_unseen")
 ONE_GPU = ROOT / "configs/alfworld_1gpu.yaml"
@@ -191,11 +191,11 @@ def test_subsets_are_validated(subsets, words):
     assert words in str(err.value)
 
 
-def test_the_one_gpu_data_command_makes_valid_small_as_its_header_says(tmp_path):
-    """The header's --per-type counts over six types (hand-written games, no generation):
+def test_the_one_gpu_data_command_makes_valid_small_as_its_profile_says(tmp_path):
+    """The recipe profile's --per-type counts over six types (hand-written games, no generation):
     valid_small is the first 8 of valid_unseen's 24, 4 look_at_obj_in_light and 4
     pick_and_place_simple."""
-    [command] = header_commands(ONE_GPU, "scripts/alfworld/prepare_data.sh")
+    [command] = profile_commands(ONE_GPU, "scripts/alfworld/prepare_data.sh")
     counts = _parse_per_type(command.option("--per-type")[0])
     assert counts == {"train": 8, "valid_seen": 2, "valid_unseen": 4}
     _games_per_type(tmp_path / "data", counts)

@@ -1,11 +1,11 @@
-"""configs/alfworld_1gpu.yaml's data commands, run as its header writes them (scripts included, in
-a sandbox checkout: tests/profile_data.py): they make every split the profile names (slime's train
-and evaluation splits, the evaluation's and the retrieval's), valid_small the first 8 games of
-valid_unseen, and the retrieval cache of every prepared task.
+"""configs/alfworld_1gpu.yaml's data commands, run as its recipe profile writes them (scripts
+included, in a sandbox checkout: tests/profile_data.py): they make every split the profile names
+(slime's train and evaluation splits, the evaluation's and the retrieval's), valid_small the
+first 8 games of valid_unseen, and the retrieval cache of every prepared task.
 
-The generation asks fewer games than the header (1 a type, 2 in valid_unseen: the fewest whose
+The generation asks fewer games than the recipe (1 a type, 2 in valid_unseen: the fewest whose
 valid_unseen holds valid_small's 8 over six types) so that it takes seconds; valid_small at the
-header's own counts: tests/alfworld/test_prepare.py.
+recipe's own counts: tests/alfworld/test_prepare.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from env.alfworld.prepare import TASK_TYPES
 from evolving_rl.config import load_config
 from evolving_rl.retrieval.cache import load_cache
-from tests.profile_data import ROOT, DataSandbox, header_commands, prepared_rows, profile_splits
+from tests.profile_data import ROOT, DataSandbox, prepared_rows, profile_commands, profile_splits
 
 pytestmark = pytest.mark.end_to_end
 CONFIG = ROOT / "configs/alfworld_1gpu.yaml"
@@ -26,10 +26,10 @@ PER_TYPE = {"train": 1, "valid_seen": 1, "valid_unseen": 2}
 
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory) -> DataSandbox:
-    """The header's data commands run in a sandbox, the generation's counts lowered."""
+    """The profile's data commands run in a sandbox, the generation's counts lowered."""
     box = DataSandbox(tmp_path_factory.mktemp("alfworld_1gpu"), "alfworld", CONFIG)
-    [prepare] = header_commands(CONFIG, "scripts/alfworld/prepare_data.sh")
-    [cache] = header_commands(CONFIG, "scripts/alfworld/build_cache.sh")
+    [prepare] = profile_commands(CONFIG, "scripts/alfworld/prepare_data.sh")
+    [cache] = profile_commands(CONFIG, "scripts/alfworld/build_cache.sh")
     argv = list(prepare.argv)
     argv[argv.index("--per-type") + 1] = ",".join(f"{k}={v}" for k, v in PER_TYPE.items())
     box.run(argv)

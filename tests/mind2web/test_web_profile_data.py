@@ -1,8 +1,8 @@
-"""configs/web_1gpu.yaml's data commands, run exactly as its header writes them (scripts included,
-in a sandbox checkout: tests/profile_data.py): generated tasks in the official layout, prepared,
-and the retrieval cache; every split the profile names (slime's train and evaluation splits, the
-evaluation's and the retrieval's) is made, at the counts the header states, where the launch
-reads it.
+"""configs/web_1gpu.yaml's data commands, run exactly as its recipe profile writes them (scripts
+included, in a sandbox checkout: tests/profile_data.py): generated tasks in the official layout,
+prepared, and the retrieval cache; every split the profile names (slime's train and evaluation
+splits, the evaluation's and the retrieval's) is made, at the counts the profile states, where
+the launch reads it.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import pytest
 
 from evolving_rl.config import load_config
 from evolving_rl.retrieval.cache import load_cache
-from tests.profile_data import ROOT, DataSandbox, header_commands, prepared_rows, profile_splits
+from tests.profile_data import ROOT, DataSandbox, prepared_rows, profile_commands, profile_splits
 
 pytestmark = pytest.mark.end_to_end
 CONFIG = ROOT / "configs/web_1gpu.yaml"
-# The header's counts of `--tasks 40` (env/mind2web/generate.py split_counts).
+# The counts of the profile's `--tasks 40` (env/mind2web/generate.py split_counts).
 COUNTS = {"train": 22, "test_task": 6, "test_website": 4, "test_domain": 8}
 
 
@@ -23,7 +23,7 @@ COUNTS = {"train": 22, "test_task": 6, "test_website": 4, "test_domain": 8}
 def sandbox(tmp_path_factory) -> DataSandbox:
     box = DataSandbox(tmp_path_factory.mktemp("web_1gpu"), "web", CONFIG)
     for script in ("scripts/web/prepare_data.sh", "scripts/web/build_cache.sh"):
-        [command] = header_commands(CONFIG, script)
+        [command] = profile_commands(CONFIG, script)
         assert not command.env
         box.run(command.argv)
     return box

@@ -12,7 +12,7 @@ import pytest
 from evolving_rl.config import load_config
 from evolving_rl.slime_bridge import budget
 from evolving_rl.slime_bridge.budget import MEASURED, Measured, Plan, budget_lines, plan_of
-from evolving_rl.slime_bridge.recipe import PROFILES, plan
+from evolving_rl.slime_bridge.recipe import PROFILES
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = ROOT / "configs" / "alfworld_1gpu_learn.yaml"
@@ -100,15 +100,6 @@ def test_the_profile_header_table_is_what_the_module_prints():
         total = re.search(r"\| total \(of 1800 s\) +\|([^|]+)\|([^|]+)\|", header)
         assert int(total.group(index + 1).strip().removesuffix(" s")) == round(
             budget.total_s(lines))
-
-
-def test_the_profile_header_gives_the_recipes_data_cache_and_launch():
-    header = re.sub(r" \\\n# +", " ", PROFILE.read_text())  # continuation lines
-    steps = {step.name: step for step in plan(LEARN)}
-    assert f"#   {steps['data'].shell()}\n" in header
-    assert f"#   {steps['cache'].shell()}\n" in header
-    for key in ("NUM_ROLLOUT", "EVAL_INTERVAL", "SAVE_INTERVAL", "EVAL_SPLITS"):
-        assert f"{key}={LEARN.env[key]}" in header, key
 
 
 def test_the_profile_plays_the_local_profiles_games_budget_and_loss():

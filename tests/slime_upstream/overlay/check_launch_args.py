@@ -12,8 +12,7 @@ which also names the one stand-in: the GPU-architecture probe). Then our hooks' 
 
 from __future__ import annotations
 
-import json
-import re
+import shutil
 from argparse import Namespace
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import yaml
 from conftest import ROOT, slime_parse
 
 from evolving_rl.config import load_config
+from evolving_rl.slime_bridge.recipe import MODEL_CONFIG, PROFILES, Step, plan
 from evolving_rl.slime_bridge.settings import HOOK_PATHS, check_slime_args
 
 
@@ -71,45 +71,29 @@ def test_our_hooks_accept_the_args_slime_made(parsed):
 
 
 ONE_GPU_CONFIG = ROOT / "configs/alfworld_1gpu.yaml"
-# Set here to the test's own folders; the rest of the header's command is taken as written.
-OWN_PATHS = {"MODEL_DIR", "REF_DIR", "CONFIG", "RUN_DIR"}
+# Set here to the test's own folders and sources; the rest of the recipe's launch is as written.
+OWN_PATHS = {"MODEL_DIR", "REF_DIR", "CONFIG", "RUN_DIR", "SLIME_DIR", "MEGATRON_DIR"}
 
 
-TRAIN_COMMAND = "bash scripts/alfworld/train_alfworld.sh"
-
-
-def _one_gpu_header() -> str:
-    return " ".join(line[1:] for line in ONE_GPU_CONFIG.read_text().splitlines()
-                    if line.startswith("#"))
+def one_gpu_launch() -> Step:
+    """The one-GPU profile's launch as the recipe runs it (src/evolving_rl/slime_bridge/recipe.py,
+    profile alfworld; run for real on an H200)."""
+    [launch] = [step for step in plan(PROFILES["alfworld"]) if step.name == "launch"]
+    return launch
 
 
 def one_gpu_environment() -> dict[str, str]:
-    """The environment of the command in configs/alfworld_1gpu.yaml's header (the one-GPU
-    profile, run for real on an H200), less the paths this test sets itself."""
-    header = _one_gpu_header()
-    command = header[:header.index(TRAIN_COMMAND)]
-    found = dict(re.findall(r"\b([A-Z_]+)=(\S+)", command))
-    assert {"NUM_GPUS", "TP_SIZE", "MODEL_ARGS_NAME"} <= set(found)
-    return {name: value for name, value in found.items() if name not in OWN_PATHS}
+    """The launch's environment, less the paths this test sets itself."""
+    env = one_gpu_launch().env
+    assert {"NUM_GPUS", "TP_SIZE", "MODEL_ARGS_NAME"} <= set(env)
+    return {name: value for name, value in env.items() if name not in OWN_PATHS}
 
 
 def one_gpu_training_flags() -> tuple[str, ...]:
-    """The flags of the header's training command (its second train script call)."""
-    header = _one_gpu_header()
-    second = header.index(TRAIN_COMMAND, header.index(TRAIN_COMMAND) + 1)
-    rest = header[second + len(TRAIN_COMMAND):]
-    flags = tuple(word for word in rest[:rest.index("(")].split() if word != "\\")
+    """The flags the recipe gives the training launch."""
+    flags = one_gpu_launch().command[2:]
     assert flags[0].startswith("--") and "--spec" in flags, flags
-    return flags
-# config.json of models/qwen2.5-coder-0.5b-instruct as the local backend converts it (its GGUF has
-# a separate output matrix: tie_word_embeddings false, so training passes
-# --untie-embeddings-and-output-weights; rms_norm_eps written as the decimal of its float32).
-QWEN25_CODER_05B = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
-                    "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
-                    "num_attention_heads": 14, "num_key_value_heads": 2,
-                    "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
-                    "vocab_size": 151936, "max_position_embeddings": 32768,
-                    "tie_word_embeddings": False, "dtype": "bfloat16"}
+    return tuple(flags)
 
 
 @pytest.fixture(scope="module", params=[("--debug-rollout-only",), one_gpu_training_flags()],
@@ -120,23 +104,23 @@ def one_gpu(request, pins, tmp_path_factory):
 
     slime, megatron = pins
     folder = tmp_path_factory.mktemp("one_gpu")
-    model = folder / "qwen2.5-coder-0.5b-instruct"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps(QWEN25_CODER_05B))
-    Path(f"{model}_torch_dist").mkdir()
+    model = folder / "qwen2.5-coder-0.5b-instruct"  # the conversion's config.json; also REF_DIR,
+    model.mkdir()  # as the recipe loads the HF folder (no torch_dist conversion)
+    shutil.copy(ROOT / MODEL_CONFIG, model / "config.json")
     values = yaml.safe_load(ONE_GPU_CONFIG.read_text())
     values["retrieval"]["cache_path"] = str(folder / "cache.npz")  # checked, not read
     (folder / "cache.npz").write_text("")
     config = folder / "alfworld_1gpu.yaml"
     config.write_text(yaml.safe_dump(values))
     environment = one_gpu_environment()
-    prepared = folder / "prepared"  # the splits the header names (valid_small: alfworld.subsets)
+    prepared = folder / "prepared"  # the splits the launch names (valid_small: alfworld.subsets)
     prepared.mkdir()
     for split in ("train_seen", *environment["EVAL_SPLITS"].split()):  # TRAIN_SPLIT's default
         (prepared / f"{split}.jsonl").write_text("")
     argv = submitted_argv(ROOT / "scripts/alfworld/train_alfworld.sh", folder, slime, megatron,
                           config=config, prepared=prepared,
-                          overrides={**environment, "MODEL_DIR": str(model)}, args=request.param)
+                          overrides={**environment, "MODEL_DIR": str(model),
+                                     "REF_DIR": str(model)}, args=request.param)
     args, _, ran = slime_parse(argv)
     return request.param, argv, args, ran
 
@@ -153,7 +137,7 @@ def test_the_one_gpu_profile_passes_slimes_validators_and_our_hooks(one_gpu):
     assert args.rollout_batch_size == args.global_batch_size == 2
     assert args.rollout_top_p == 1.0
     # rollout-only: slime turns colocation and offloading off (slime/utils/arguments.py:1919-1930);
-    # training stays colocated without offloading, as the header's flags ask (:1938-1957)
+    # training stays colocated without offloading, as the recipe's flags ask (:1938-1957)
     assert args.colocate is not rollout_only
     assert (args.offload_train, args.offload_rollout) == (False, False)
     if not rollout_only:  # the TE-free spec (src/evolving_rl/slime_bridge/megatron_spec.py)

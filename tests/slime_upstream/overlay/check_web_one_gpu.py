@@ -1,11 +1,12 @@
-"""configs/web_1gpu.yaml's launch, as its header writes it, through slime's real `parse_args` at the
-pin (all three validators: slime's, Megatron's through slime's wrapper, SGLang's) and our hooks'
+"""configs/web_1gpu.yaml's launch, as the recipe's profile web runs it
+(src/evolving_rl/slime_bridge/recipe.py), through slime's real `parse_args` at the pin (all three
+validators: slime's, Megatron's through slime's wrapper, SGLang's) and our hooks'
 `check_slime_args`: scripts/web/train_web.sh run for real with a stub `ray` (`submitted_argv` in
-this folder's conftest) in the header's environment and with its flags, only the paths (model,
-config, prepared splits, run folder) this test's own. The model folder holds
+this folder's conftest) in the profile's environment and with its flags, only the paths (model,
+config, prepared splits, run folder, slime and Megatron) this test's own. The model folder holds
 Qwen2.5-Coder-0.5B-Instruct's config.json as the GGUF conversion writes it
 (scripts/models/qwen2.5_coder_0.5b_config.json), which slime's HF check compares with slime's
-scripts/models/qwen2.5-0.5B.sh; as in the header, it is also the reference model (REF_DIR).
+scripts/models/qwen2.5-0.5B.sh; as in the recipe, it is also the reference model (REF_DIR).
 """
 
 from __future__ import annotations
@@ -18,23 +19,25 @@ import yaml
 from conftest import ROOT, slime_parse, submitted_argv
 
 from evolving_rl.config import load_config
+from evolving_rl.slime_bridge.recipe import PROFILES, plan, resolved
 from evolving_rl.slime_bridge.settings import check_slime_args
-from tests.profile_data import HeaderCommand, header_commands
+from tests.profile_data import ProfileCommand, profile_commands
 
 CONFIG = ROOT / "configs/web_1gpu.yaml"
 SCRIPT = "scripts/web/train_web.sh"
-# Set by this test to its own folders; the rest of the header's environment is taken as written.
-OWN_PATHS = {"MODEL_DIR", "REF_DIR", "CONFIG", "RUN_DIR", "PREPARED_DIR"}
+# Set by this test to its own folders; the rest of the profile's environment is taken as written.
+OWN_PATHS = {"MODEL_DIR", "REF_DIR", "CONFIG", "RUN_DIR", "PREPARED_DIR", "SLIME_DIR",
+             "MEGATRON_DIR"}
 
 
-def _launch() -> HeaderCommand:
-    [launch] = header_commands(CONFIG, SCRIPT)
+def _launch() -> ProfileCommand:
+    [launch] = profile_commands(CONFIG, SCRIPT)
     return launch
 
 
 @pytest.fixture(scope="module")
 def web_one_gpu(pins, tmp_path_factory) -> tuple[list[str], Namespace, set[str], list[str]]:
-    """(argv, slime's args, every declared option string, the validators run) of the header's
+    """(argv, slime's args, every declared option string, the validators run) of the profile's
     launch."""
     slime, megatron = pins
     folder = tmp_path_factory.mktemp("web_one_gpu")
@@ -85,12 +88,19 @@ def test_two_steps_of_two_source_tasks_a_checkpoint_each_and_an_evaluation(web_o
     assert args.rollout_top_p == 1.0  # the stock sglang-router can run it
 
 
-def test_the_header_evaluates_the_checkpoint_the_launch_saves_last():
+def test_the_profile_evaluates_the_checkpoint_the_launch_saves_last(tmp_path):
+    """The eval step names the launch's last checkpoint, which the recipe reads from slime's
+    latest_checkpointed_iteration.txt when the step runs (slime saves at the last rollout id)."""
     launch = _launch()
-    [evaluation] = header_commands(CONFIG, "scripts/web/eval.sh")
-    last = int(launch.env["NUM_ROLLOUT"]) - 1  # slime saves at the last rollout id
-    assert evaluation.option("--torch-dist") == [
-        f"{launch.env['RUN_DIR']}/checkpoints/iter_{last:07d}"]
+    [evaluation] = profile_commands(CONFIG, "scripts/web/eval.sh")
+    [step] = [s for s in plan(PROFILES["web"]) if s.name == "eval"]
+    checkpoints = tmp_path / launch.env["RUN_DIR"] / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    last = int(launch.env["NUM_ROLLOUT"]) - 1
+    (checkpoints / "latest_checkpointed_iteration.txt").write_text(f"{last}\n")
+    run = resolved(step, tmp_path)
+    assert ProfileCommand({}, list(run.command)).option("--torch-dist") == [
+        str(checkpoints / f"iter_{last:07d}")]
     assert evaluation.option("--config") == [launch.env["CONFIG"]] == ["configs/web_1gpu.yaml"]
     assert evaluation.option("--hf-base") == [launch.env["MODEL_DIR"]]
 
