@@ -312,6 +312,28 @@ class Mind2WebConfig(EpisodeServerSettings):
 
 
 @dataclass(frozen=True)
+class ProbeConfig(EpisodeServerSettings):
+    """The probe environment (`env/probe/`): tasks generated from a seed, each
+    with a known right answer, that prove the loop learns and that skills carry what they must."""
+
+    log_dir: str = "runs/logs/probe"
+    start_timeout_s: float = section_default(EpisodeServerSettings, "start_timeout_s", 60.0)
+    prepared_dir: str = "data/probe/prepared"
+    port: int = bounded(8400, ge=1, le=65535)
+    # "stated": the observation states which answer wins; "hidden": tasks come in families that
+    # share one hidden answer, which an episode's feedback reveals (the task names its family).
+    kind: Literal["stated", "hidden"] = "stated"
+    # Answers to choose among, named 1..M (one character each): chance is 1/M.
+    n_answers: int = bounded(4, ge=2, le=9)
+    # Hidden kind: families of tasks (each with its own answer); both kinds: tasks per split.
+    n_families: int = bounded(8, ge=1)
+    train_tasks: int = bounded(64, ge=1)
+    valid_tasks: int = bounded(32, ge=1)
+    # Every answer and every task text is a function of this seed and the task id.
+    seed: int = 0
+
+
+@dataclass(frozen=True)
 class RetrievalConfig(ServerSettings):
     """Embedding model, cache and retrieval server."""
 
@@ -417,8 +439,15 @@ class LocalConfig:
     # Lenient action parsing, for small models (the adapter's `lenient`: ALFWorld takes a
     # number or a numbered line as the admissible action it names).
     lenient_actions: bool = True
+    # Build `model` from its folder's config.json with weights drawn at random (torch seeded by
+    # `run.seed`) instead of loading weights: the probes' tiny model (`tiny-char`, whose folder
+    # holds no weights) or any architecture untrained.
+    random_init: bool = False
 
     def validate(self) -> None:
+        if self.random_init and self.resume_from:
+            raise ConfigError("random_init", "a resumed run loads its checkpoint's weights: "
+                              "leave local.resume_from empty")
         for phase in ("before", "after"):
             protocols = getattr(self, f"eval_protocols_{phase}")
             if len(set(protocols)) != len(protocols):
@@ -442,7 +471,7 @@ class RunConfig:
 class Config:
     """The whole configuration of one run."""
 
-    environment: Literal["alfworld", "mind2web"] = "alfworld"
+    environment: Literal["alfworld", "mind2web", "probe"] = "alfworld"
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     sampling: RoleSampling = field(default_factory=RoleSampling)
     rewards: RewardSettings = field(default_factory=RewardSettings)
@@ -451,6 +480,7 @@ class Config:
     clients: ClientConfig = field(default_factory=ClientConfig)
     alfworld: AlfworldConfig = field(default_factory=AlfworldConfig)
     mind2web: Mind2WebConfig = field(default_factory=Mind2WebConfig)
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     local: LocalConfig = field(default_factory=LocalConfig)
     run: RunConfig = field(default_factory=RunConfig)
