@@ -5,8 +5,9 @@ Owns `WireError` (an HTTP status, a stable machine-readable `code`, a message an
 `field`, answered as `{"error", "message", "field"}`: the one error body of every server, waitress's
 own errors included), `read_json_object` (the body as a JSON object; a string holding a lone
 surrogate is a 400 naming it: `surrogate_field`), `string_field` (a bounded string field, a 400
-naming it otherwise), `body_too_large_message` (the one 413 message) and `install_error_handlers`
-(JSON bodies for `WireError` and for Flask's own errors). Every client mistake a server sees
+naming it otherwise), `body_too_large_message` (the one 413 message), `install_error_handlers`
+(JSON bodies for `WireError` and for Flask's own errors) and `json_app` (a server's Flask app with
+both: its body limit, its JSON keys in the order written). Every client mistake a server sees
 becomes a `WireError` with a 4xx status, so nothing a client sends reaches a server's logic
 unvalidated. A server's own requests and views live in its package (`alfworld/wire.py`,
 `mind2web/app.py`, `evolving_rl.retrieval.protocol`).
@@ -136,3 +137,13 @@ def install_error_handlers(app: Flask) -> None:
                              body_too_large_message(app.config["MAX_CONTENT_LENGTH"]),
                              "body").response()
         return WireError(status, status_code(status), err.description or err.name).response()
+
+
+def json_app(import_name: str, max_body_bytes: int) -> Flask:
+    """A server's Flask app: bodies over `max_body_bytes` refused (413), every error one JSON
+    body (`install_error_handlers`), JSON answers with their keys in the order written."""
+    app = Flask(import_name)
+    app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
+    app.json.sort_keys = False
+    install_error_handlers(app)
+    return app

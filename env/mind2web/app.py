@@ -18,7 +18,7 @@ from env.episodes import EpisodeTable
 from env.mind2web.episodes import MODES, Episode, result_json
 from env.mind2web.store import TaskKey, TaskStore
 from env.mind2web.validate import OPS, Action
-from env.wire import WireError, bad_field, install_error_handlers, read_json_object, string_field
+from env.wire import WireError, bad_field, json_app, read_json_object, string_field
 from evolving_rl.config.schema import Mind2WebConfig
 
 MAX_ID_CHARS = 256
@@ -62,10 +62,7 @@ def _action(body: dict[str, Any]) -> Action:
 
 def create_app(cfg: Mind2WebConfig, store: TaskStore, table: EpisodeTable[Episode]) -> Flask:
     """The server app over `store` and `table` (both owned by the caller)."""
-    app = Flask(__name__)
-    app.config["MAX_CONTENT_LENGTH"] = cfg.max_body_bytes
-    app.json.sort_keys = False
-    install_error_handlers(app)
+    app = json_app(__name__, cfg.max_body_bytes)
 
     @app.get("/health")
     def health() -> Response:

@@ -15,7 +15,7 @@ import logging
 import numpy as np
 from flask import Flask, Response, jsonify
 
-from env.wire import WireError, install_error_handlers, read_json_object
+from env.wire import WireError, json_app, read_json_object
 from evolving_rl.config.schema import RetrievalConfig
 from evolving_rl.retrieval.encoder import Encoder, EncoderClosed
 from evolving_rl.retrieval.index import Hit, SearchIndex
@@ -59,10 +59,7 @@ class SearchService:
 
 def create_app(index: SearchIndex, encoder: Encoder, cfg: RetrievalConfig) -> Flask:
     """Build the app serving `index` with `encoder`, limits from `cfg`."""
-    app = Flask(__name__)
-    app.config["MAX_CONTENT_LENGTH"] = cfg.max_body_bytes
-    app.json.sort_keys = False
-    install_error_handlers(app)
+    app = json_app(__name__, cfg.max_body_bytes)
     service = SearchService(index, encoder)
     limits = Limits(cfg.max_k, cfg.max_batch_queries, cfg.max_query_chars,
                     frozenset(index.split_masks), frozenset(index.type_masks))

@@ -43,6 +43,7 @@ from evolving_rl.domains.base import (
     Observation,
     TaskSpec,
     Turn,
+    whole_episode_sample,
 )
 from evolving_rl.domains.skill_prompt import reference_extractor_prompt
 
@@ -181,14 +182,7 @@ class AlfworldAdapter:
 
     def pack(self, trace: EpisodeTrace, status: SampleStatus, reward: float | None,
              role: Role, group_id: str, metadata: dict[str, Any]) -> list[TrainSample]:
-        if trace.n_generated == 0:
-            return []
-        return [TrainSample(role=role, prompt_ids=list(trace.prompt_ids),
-                            response_ids=list(trace.response_ids),
-                            loss_mask=list(trace.loss_mask), log_probs=list(trace.log_probs),
-                            reward=reward, group_id=group_id, status=status,
-                            metadata=metadata, nucleus=trace.nucleus,
-                            prefix_cache=trace.prefix_cache)]
+        return whole_episode_sample(trace, status, reward, role, group_id, metadata)
 
     def for_evaluation(self) -> AlfworldAdapter:
         return self

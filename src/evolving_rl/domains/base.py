@@ -135,6 +135,20 @@ class EpisodeTrace:
         return self.top_p_spans.build() if self.top_p_spans is not None else None
 
 
+def whole_episode_sample(trace: EpisodeTrace, status: SampleStatus, reward: float | None,
+                         role: Role, group_id: str,
+                         metadata: dict[str, Any]) -> list[TrainSample]:
+    """An adapter's `pack` for environments whose episode is one dialogue: the episode is one
+    training sample (none when nothing was generated)."""
+    if trace.n_generated == 0:
+        return []
+    return [TrainSample(role=role, prompt_ids=list(trace.prompt_ids),
+                        response_ids=list(trace.response_ids), loss_mask=list(trace.loss_mask),
+                        log_probs=list(trace.log_probs), reward=reward, group_id=group_id,
+                        status=status, metadata=metadata, nucleus=trace.nucleus,
+                        prefix_cache=trace.prefix_cache)]
+
+
 class EnvironmentAdapter(Protocol):
     """The environment-specific half of the episode loop and the rollout."""
 

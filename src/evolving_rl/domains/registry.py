@@ -28,12 +28,13 @@ configured environment; an `environment` with no entry here fails at startup wit
 from __future__ import annotations
 
 from evolving_rl.config import Config, ConfigError
-from evolving_rl.domains import alfworld, mind2web
+from evolving_rl.domains import alfworld, mind2web, probe
 from evolving_rl.domains.base import Domain
 
 DOMAINS: dict[str, Domain] = {domain.name: domain for domain in (
     alfworld.DOMAIN,
     mind2web.DOMAIN,
+    probe.DOMAIN,
 )}
 
 
