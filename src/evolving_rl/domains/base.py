@@ -135,6 +135,17 @@ class EpisodeTrace:
         return self.top_p_spans.build() if self.top_p_spans is not None else None
 
 
+def task_from_row(row: Mapping[str, Any], environment: str) -> TaskSpec:
+    """A prepared row as a `TaskSpec`, `metadata.task_type` and `metadata.split` read from its
+    metadata (a `ValueError` naming the row when that is not an object)."""
+    metadata = row.get("metadata") or {}
+    if not isinstance(metadata, Mapping):
+        raise ValueError(f"{environment} row {row.get('id')!r}: metadata must be an object")
+    return TaskSpec(id=str(row["id"]), question=str(row["question"]),
+                    task_type=str(metadata.get("task_type", "")),
+                    split=str(metadata.get("split", "")), metadata=dict(metadata))
+
+
 def whole_episode_sample(trace: EpisodeTrace, status: SampleStatus, reward: float | None,
                          role: Role, group_id: str,
                          metadata: dict[str, Any]) -> list[TrainSample]:

@@ -55,6 +55,7 @@ from evolving_rl.domains.base import (
     Observation,
     TaskSpec,
     Turn,
+    task_from_row,
 )
 from evolving_rl.domains.mind2web_actions import WebAction, parse_web_action
 from evolving_rl.domains.mind2web_metrics import (
@@ -220,12 +221,7 @@ class Mind2WebAdapter:
         self.invalid_action_penalty = invalid_action_penalty
 
     def task_from_row(self, row: Mapping[str, Any]) -> TaskSpec:
-        metadata = row.get("metadata") or {}
-        if not isinstance(metadata, Mapping):
-            raise ValueError(f"Mind2Web row {row.get('id')!r}: metadata must be an object")
-        return TaskSpec(id=str(row["id"]), question=str(row["question"]),
-                        task_type=str(metadata.get("task_type", "")),
-                        split=str(metadata.get("split", "")), metadata=dict(metadata))
+        return task_from_row(row, "Mind2Web")
 
     async def reset(self, env: EnvClient, task: TaskSpec) -> tuple[str, Observation]:
         data = await env.reset({"task": task.id, "mode": self.mode})

@@ -37,6 +37,7 @@ from evolving_rl.domains.base import (
     Observation,
     TaskSpec,
     Turn,
+    task_from_row,
     whole_episode_sample,
 )
 from evolving_rl.domains.skill_prompt import reference_extractor_prompt
@@ -89,12 +90,7 @@ class ProbeAdapter:
         self.lenient = lenient
 
     def task_from_row(self, row: Mapping[str, Any]) -> TaskSpec:
-        metadata = row.get("metadata") or {}
-        if not isinstance(metadata, Mapping):
-            raise ValueError(f"probe row {row.get('id')!r}: metadata must be an object")
-        return TaskSpec(id=str(row["id"]), question=str(row["question"]),
-                        task_type=str(metadata.get("task_type", "")),
-                        split=str(metadata.get("split", "")), metadata=dict(metadata))
+        return task_from_row(row, "probe")
 
     async def reset(self, env: EnvClient, task: TaskSpec) -> tuple[str, Observation]:
         data = await env.reset({"task": task.id})

@@ -121,7 +121,8 @@ def load_models(cfg: Config) -> Models:
     path = resolve_model_path(local.model, local.models_dir)
     tokenizer = load_tokenizer(path)
     start = Path(local.resume_from) if local.resume_from else path
-    model = load_model(start, local.device, local.dtype)
+    model = load_model(start, local.device, local.dtype,
+                       random_seed=cfg.run.seed if local.random_init else None)
     uses_kl = cfg.loss.kl_coef.solver > 0 or cfg.loss.kl_coef.extractor > 0
     ref = reference_model(model, path, start, local) if uses_kl else None
     trainer = GRPOTrainer(model, ref, cfg.loss, local, int(tokenizer.pad_token_id))

