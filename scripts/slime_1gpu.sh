@@ -6,13 +6,14 @@
 # cache, the launch (scripts/*/train_*.sh) and, where the profile has one, the evaluation of its
 # last checkpoint. Done steps are skipped: run it again after fixing a failed step.
 #
-# Usage: scripts/slime_1gpu.sh [--profile alfworld|learn|web] [--method M] [--dry-run]
-#                              [--only STEP] [--force] [--slime-dir D] [--megatron-dir D]
+# Usage: scripts/slime_1gpu.sh [--profile alfworld|learn|web|probe_stated|probe_hidden] [--method M]
+#                              [--dry-run] [--only STEP] [--force] [--slime-dir D] [--megatron-dir D]
 #   --dry-run   run nothing: print each step and its command, the prerequisites this machine
 #               has, and check each launch's full argument list with slime's own parser and
 #               validators (works on the CPU: slime, Megatron-LM and SGLang importable; on this
 #               repo's dev venv, scripts/upstream_overlay.sh provides SGLang)
-#   --method M  one method of the learning comparison (profile learn: evolving, grpo_baseline)
+#   --method M  one method of a comparison (profiles learn, probe_hidden: evolving,
+#               grpo_baseline)
 # The wheels a GPU image lacks are installed before (README, "Training with slime"). PYTHON
 # [.venv/bin/python when present, else python3] runs the recipe and the launchers. The caller's
 # SGLANG_MEM_FRACTION, MAX_TOKENS_PER_GPU, NUM_ROLLOUT, EVAL_INTERVAL and SAVE_INTERVAL replace the

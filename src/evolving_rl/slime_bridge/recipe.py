@@ -131,6 +131,21 @@ PROFILES = {
          "EVAL_SPLITS": "test_task", "PREPARED_DIR": "data/mind2web_1gpu/prepared"},
         evaluation=("bash", "scripts/web/eval.sh", "--config", "configs/web_1gpu.yaml",
                     "--splits", "test_task", "--limit", "4")),
+    # The probes (issue 44, docs/design.md §7.5; configs/probe_*_1gpu.yaml): tasks whose answer
+    # is known, to prove slime's plumbing in minutes before ALFWorld. Data from the seed, no
+    # checkpoint; slime's evaluation of the valid split every 10 rollouts is the curve.
+    **{f"probe_{kind}": Profile(
+        f"probe_{kind}", f"configs/probe_{kind}_1gpu.yaml", "scripts/probe/train_probe.sh",
+        f"data/probe_{kind}_1gpu/prepared",
+        (_step("data", f"the {kind} probe's splits, generated from probe.seed",
+               f"python3 -m env.probe.service --config configs/probe_{kind}_1gpu.yaml",
+               f"data/probe_{kind}_1gpu/prepared/train.jsonl",
+               f"data/probe_{kind}_1gpu/prepared/valid.jsonl"),),
+        f"data/retrieval/probe_{kind}_1gpu_minilm.npz",
+        {"NUM_ROLLOUT": "40", "EVAL_INTERVAL": "10", "SAVE_INTERVAL": "0",
+         "PREPARED_DIR": f"data/probe_{kind}_1gpu/prepared", "EVAL_SPLITS": "valid"},
+        methods=methods)
+       for kind, methods in (("stated", ()), ("hidden", ("evolving", "grpo_baseline")))},
 }
 
 
