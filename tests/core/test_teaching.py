@@ -3,6 +3,8 @@ extractor reward that uses it (docs/design.md §4.6)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from evolving_rl.core.rewards import (
@@ -20,6 +22,19 @@ def test_mean_teacher_is_the_per_token_mean():
         mean_teacher([])
     with pytest.raises(ValueError):
         mean_teacher([[-1.0], [-1.0, -2.0]])
+
+
+def test_mean_teacher_is_unnormalised_where_the_skills_disagree():
+    """Scored over a whole vocabulary, the mean teacher's probabilities sum to 1 only when the
+    skills agree: four skills each putting 0.7 on another of 4 tokens keep 0.65 (docs/design.md
+    §4.6), so teacher - old reads 0.43 nats above the log-ratio to the product of experts."""
+    vocab = range(4)
+    disagreeing = [[math.log(0.7 if v == i else 0.1) for v in vocab] for i in range(4)]
+    mass = math.fsum(math.exp(t) for t in mean_teacher(disagreeing))
+    assert mass == pytest.approx(0.6506, abs=1e-4) and -math.log(mass) == pytest.approx(
+        0.4298, abs=1e-4)
+    agreeing = [disagreeing[0]] * 4
+    assert math.fsum(math.exp(t) for t in mean_teacher(agreeing)) == pytest.approx(1.0)
 
 
 def test_mean_log_ratio_reads_only_the_mask():

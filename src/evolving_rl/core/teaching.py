@@ -1,8 +1,9 @@
 """The teacher switch's pure math (docs/design.md §4.6): a sample's teacher from its skills'
 scored log-probs, and what a skill teaches the no-skill student.
 
-Owns `mean_teacher` (per token, the mean of the cards' log-probs: the normalised geometric mean
-of the skill-conditioned policies), `mean_log_ratio` (Δ(e): the per-token mean of teacher - old
+Owns `mean_teacher` (per token, the unnormalised mean of the cards' log-probs: the log of the
+skill-conditioned policies' geometric mean, whose mass over the vocabulary is below 1 where the
+skills disagree), `mean_log_ratio` (Δ(e): the per-token mean of teacher - old
 over an episode's trained tokens) and `TeachEvidence` (one skill's evidence over the source's
 student episodes; its `value` is teach(s) = (1/n) Σ_e (R_e - mean R) · Δ_s(e)).
 """
