@@ -284,11 +284,7 @@ def our_policy(model: Any, tokenizer: Any | None, local: Any, seed: int) -> Loca
     sequence ignored, so every turn is --new-tokens long."""
     config_eos = model.config.eos_token_id
     eos = int(config_eos if isinstance(config_eos, int) else (config_eos or [0])[0])
-    policy = LocalPolicy(model, tokenizer or _IdsOnly(eos),
-                         max_batch=local.max_batch_generate, window_s=local.batch_window_s,
-                         seed=seed, prefix_entries=local.prefix_cache_entries,
-                         decode_backend=local.decode_backend,
-                         static_tokens=local.static_cache_tokens)
+    policy = LocalPolicy(model, tokenizer or _IdsOnly(eos), local, seed=seed)
     policy._eos = frozenset()
     return policy
 

@@ -46,6 +46,7 @@ from benchmarks.cli import parse_with_tiny
 from evolving_rl.clients.policy import SamplingParams
 from evolving_rl.clients.tokenizer import HFChatTokenizer
 from evolving_rl.config import load_config
+from evolving_rl.config.schema import LocalConfig
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import TrainSample
 from evolving_rl.domains.base import Observation, TaskSpec
@@ -95,7 +96,8 @@ def bench_generation(model, tokenizer, n: int, new_tokens: int) -> float:
     sampling = SamplingParams(temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=new_tokens)
     results = {}
     for name, runner in (("sequential", _sequential), ("batched", _batched)):
-        policy = LocalPolicy(model, tokenizer, max_batch=n, window_s=0.02)
+        policy = LocalPolicy(model, tokenizer, LocalConfig(  # distinct prompts: no reuse
+            max_batch_generate=n, batch_window_s=0.02, prefix_cache_entries=0), seed=0)
         started = time.perf_counter()
         out = asyncio.run(runner(policy, inputs, sampling))
         wall = time.perf_counter() - started
@@ -132,7 +134,7 @@ async def _episode(policy: LocalPolicy, chat: HFChatTokenizer, cfg, episode: int
     context = chat.encode_prompt(adapter.solver_messages(task, synthetic_observation(episode, 0),
                                                          None)) + prefix
     sampling = SamplingParams(temperature=0.0, top_p=1.0, top_k=-1,
-                              max_new_tokens=cfg.pipeline.max_turn_tokens, stop=adapter.stop)
+                              max_new_tokens=cfg.sampling.solver.max_new_tokens, stop=adapter.stop)
     replies = []
     for step in range(turns):
         generation = await policy.generate(context, sampling)
@@ -157,8 +159,8 @@ def bench_episodes(model, tokenizer, cfg, n: int, turns: int) -> float:
     chat = HFChatTokenizer(tokenizer)
     results = {}
     for name, concurrent in (("sequential", False), ("batched", True)):
-        policy = LocalPolicy(model, tokenizer, max_batch=n, window_s=cfg.local.batch_window_s,
-                             prefix_entries=cfg.local.prefix_cache_entries)
+        policy = LocalPolicy(model, tokenizer,
+                             dataclasses.replace(cfg.local, max_batch_generate=n), seed=0)
         started = time.perf_counter()
         out = asyncio.run(_episodes(policy, chat, cfg, n, turns, concurrent))
         wall = time.perf_counter() - started
@@ -233,7 +235,8 @@ def step_prompts(tokenizer: object, n: int) -> list[list[int]]:
 
 def step_ms(model, tokenizer, backend: str, rows: int) -> float:
     """Mean ms of a decode step with `rows` rows running (sampled, none allowed to stop)."""
-    policy = LocalPolicy(model, tokenizer, max_batch=max(STEP_ROWS), decode_backend=backend)
+    policy = LocalPolicy(model, tokenizer, LocalConfig(
+        max_batch_generate=max(STEP_ROWS), prefix_cache_entries=0, decode_backend=backend), seed=0)
     decoder = policy.make_decoder(lambda key, generation: None)
     decoder.eos_ids = frozenset()  # every row decodes every step
     sampling = SamplingParams(temperature=1.0, top_p=1.0, top_k=-1, max_new_tokens=10 ** 6)
@@ -268,10 +271,8 @@ def bench_static_episodes(model, tokenizer, cfg, turns: int) -> tuple[float, flo
     chat = HFChatTokenizer(tokenizer)
     rates, replies, busy_static = {}, {}, 0.0
     for backend in ("dynamic", "static"):
-        policy = LocalPolicy(model, tokenizer, max_batch=GPU_EPISODES,
-                             window_s=cfg.local.batch_window_s,
-                             prefix_entries=cfg.local.prefix_cache_entries,
-                             decode_backend=backend, static_tokens=cfg.local.static_cache_tokens)
+        policy = LocalPolicy(model, tokenizer, dataclasses.replace(
+            cfg.local, max_batch_generate=GPU_EPISODES, decode_backend=backend), seed=0)
         if backend == "static":  # capture the graphs these episodes use, as a long run would have
             started = time.perf_counter()
             asyncio.run(_episodes(policy, chat, cfg, GPU_EPISODES, turns, concurrent=True))

@@ -194,11 +194,7 @@ def build(shape: dict[str, Any], cfg: Config) -> Run:
     ref = copy.deepcopy(model).requires_grad_(False) if uses_kl else None
     tokenizer = IdTokenizer(shape["pad_token_id"], shape["eos_token_id"])
     trainer = GRPOTrainer(model, ref, cfg.loss, local, tokenizer.pad_token_id)
-    policy = LocalPolicy(model, tokenizer, max_batch=local.max_batch_generate,
-                         window_s=local.batch_window_s, seed=cfg.run.seed,
-                         prefix_entries=local.prefix_cache_entries,
-                         decode_backend=local.decode_backend,
-                         static_tokens=local.static_cache_tokens)
+    policy = LocalPolicy(model, tokenizer, local, seed=cfg.run.seed)
     return Run(cfg, device, trainer, policy, shape["vocab_size"])
 
 

@@ -73,12 +73,12 @@ def bench_config(base: Path, overrides: list[str], folder: Path, sizes: Sizes,
     data = to_dict(load_config(base, overrides))
     data["pipeline"].update(n_skills=sizes.n_skills, top_k=sizes.top_k, n_repeats=1,
                             max_steps=max_steps, source_tasks_per_rollout=sizes.source_tasks,
-                            max_turn_tokens=256, max_context_tokens=32768,
+                            max_context_tokens=32768,
                             retrieval_split="train")
     # The scripted policy speaks through a byte-level tokenizer: caps sized for bytes, not for
     # the profile's model, so that no reply is truncated.
-    for role in ("solver", "extractor"):
-        data["sampling"][role].update(max_new_tokens=4096, temperature=1.0)
+    for role, tokens in (("solver", 256), ("extractor", 4096)):
+        data["sampling"][role].update(max_new_tokens=tokens, temperature=1.0)
     port = free_port_block(1 + data["alfworld"]["n_workers"])
     data["alfworld"].update(port=port, worker_base_port=port + 1,
                             log_dir=str(folder / "alfworld_logs"))

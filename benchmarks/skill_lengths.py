@@ -56,10 +56,7 @@ ROUND_TO = 32
 async def extract_all(cfg: Config, model, tokenizer, rows: list[dict], skills: int,
                       cap: int) -> tuple[list[Extraction], int]:
     """One source episode per row, `skills` extractions of each at `cap`; (extractions, wins)."""
-    policy = LocalPolicy(model, tokenizer, max_batch=cfg.local.max_batch_generate,
-                         prefix_entries=cfg.local.prefix_cache_entries, seed=cfg.run.seed,
-                         decode_backend=cfg.local.decode_backend,
-                         static_tokens=cfg.local.static_cache_tokens)
+    policy = LocalPolicy(model, tokenizer, cfg.local, seed=cfg.run.seed)
     ctx = await build_context(cfg, policy, HFChatTokenizer(tokenizer),
                               adapter=make_adapter(cfg, lenient=cfg.local.lenient_actions))
     solver = ctx.sampling(cfg.sampling.solver, solver=True)

@@ -83,7 +83,8 @@ class StepScore:
 async def _demos(cfg: Config, model: Any, hf_tokenizer: Any, rows: Sequence[dict],
                  max_steps: int | None) -> list[Demo]:
     """Replay the planner walkthrough of each row; won replays only (the policy plays none)."""
-    policy = LocalPolicy(model, hf_tokenizer, max_batch=1, seed=cfg.run.seed)
+    policy = LocalPolicy(model, hf_tokenizer, dataclasses.replace(cfg.local, max_batch_generate=1),
+                         seed=cfg.run.seed)
     ctx = await build_context(cfg, policy, HFChatTokenizer(hf_tokenizer),
                               adapter=make_adapter(cfg, cfg.local.lenient_actions))
     adapter = cast(AlfworldAdapter, ctx.adapter)

@@ -52,8 +52,7 @@ def probe_rows(cfg: Config, types: list[str], per_type: int) -> list[dict]:
 
 async def play(cfg: Config, model, tokenizer, rows: list[dict], episodes: int) -> dict:
     """Every row `episodes` times under `cfg`; admissible share, win rate, varied groups."""
-    policy = LocalPolicy(model, tokenizer, max_batch=cfg.local.max_batch_generate,
-                         prefix_entries=cfg.local.prefix_cache_entries, seed=cfg.run.seed)
+    policy = LocalPolicy(model, tokenizer, cfg.local, seed=cfg.run.seed)
     ctx = await build_context(cfg, policy, HFChatTokenizer(tokenizer),
                               adapter=make_adapter(cfg, lenient=True))
     sampling = ctx.sampling(cfg.sampling.solver, solver=True)

@@ -68,12 +68,11 @@ class Bench:
         self.chat = HFChatTokenizer(tokenizer)
         self.adapter = make_adapter(cfg, lenient=cfg.local.lenient_actions)
         self.prefix = self.chat.encode_text(cfg.pipeline.solver_reply_prefix)
-        self.policy = LocalPolicy(model, tokenizer, max_batch=cfg.local.max_batch_generate,
-                                  window_s=cfg.local.batch_window_s, seed=0)
+        self.policy = LocalPolicy(model, tokenizer, cfg.local, seed=0)
         cards = list(self.adapter.written_skill_cards().values())
         self.cards = list(itertools.islice(itertools.cycle(cards), cfg.pipeline.n_skills))
         self.sampling = SamplingParams(temperature=0.0, top_p=1.0, top_k=-1,
-                                       max_new_tokens=cfg.pipeline.max_turn_tokens,
+                                       max_new_tokens=cfg.sampling.solver.max_new_tokens,
                                        stop=self.adapter.stop)
 
     def prompt(self, task: TaskSpec, index: int, card: str | None) -> list[int]:

@@ -21,13 +21,15 @@ import requests
 import yaml
 
 from env.launch import free_port, free_port_block
+from tests.fakes.context import turn_sampling
 
 logger = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[1]
-PIPELINE = {"n_skills": 2, "top_k": 2, "n_repeats": 1, "max_turn_tokens": 128,
+PIPELINE = {"n_skills": 2, "top_k": 2, "n_repeats": 1,
             "max_context_tokens": 16384,  # byte tokens
             "retrieval_split": "train", "max_concurrent_episodes": 8}
+TURN_TOKENS = 128  # byte tokens of one solver turn
 CLIENTS = {"env_timeout_s": 30.0, "retrieval_timeout_s": 30.0, "policy_timeout_s": 30.0,
            "max_retries": 1, "retry_backoff_s": 0.05}
 
@@ -43,6 +45,7 @@ def contract_config_file(folder: Path, data: Path) -> Path:
     values = {
         "environment": "alfworld",
         "pipeline": {**PIPELINE, "max_steps": 4},
+        "sampling": turn_sampling(TURN_TOKENS),
         "clients": CLIENTS,
         "alfworld": {"data_root": str(data), "prepared_dir": str(data / "prepared"),
                      "port": port, "worker_base_port": port + 1, "n_workers": 2,
@@ -61,6 +64,7 @@ def web_contract_config_file(folder: Path, data_root: Path, prepared_dir: Path) 
     values = {
         "environment": "mind2web",
         "pipeline": {**PIPELINE, "max_steps": 8},
+        "sampling": turn_sampling(TURN_TOKENS),
         "clients": CLIENTS,
         "mind2web": {"data_root": str(data_root), "prepared_dir": str(prepared_dir),
                      "port": port, "server_cache_dir": str(folder / "server_cache"),

@@ -72,8 +72,11 @@ def test_defaults_bind_loopback() -> None:
         ("sampling: {solver: {top_p: 0}}", "sampling.solver.top_p", "> 0"),
         ("loss: {kl_coef: {solver: -1}}", "loss.kl_coef.solver", ">= 0"),
         ("loss: {kl_coef: {critic: 1}}", "loss.kl_coef.critic", "unknown key"),
-        ("pipeline: {max_turn_tokens: 600, max_context_tokens: 512}",
-         "pipeline.max_turn_tokens", "smaller"),
+        ("pipeline: {max_context_tokens: 512}\nsampling: {solver: {max_new_tokens: 600}}",
+         "sampling.solver.max_new_tokens", "smaller than pipeline.max_context_tokens"),
+        ("pipeline: {max_context_tokens: 512}\n"
+         "sampling: {solver: {max_new_tokens: 32}, eval_solver: {max_new_tokens: 512}}",
+         "sampling.eval_solver.max_new_tokens", "smaller than pipeline.max_context_tokens"),
         ("alfworld: {port: 8101, worker_base_port: 8100, n_workers: 2}",
          "alfworld.port", "collides"),
         ("pipeline: 3", "pipeline", "mapping"),
@@ -258,6 +261,20 @@ def test_server_sections_share_one_settings_type() -> None:
     assert (cfg.alfworld.threads, cfg.retrieval.threads) == (16, 8)
     with pytest.raises(ConfigError, match="'alfworld.threads': must be >= 1"):
         parse_config({"alfworld": {"threads": 0}})
+
+
+def test_the_removed_turn_cap_fails_naming_the_one_that_replaced_it(tmp_path) -> None:
+    """One solver turn had two caps, `pipeline.max_turn_tokens` and its role's
+    `max_new_tokens` (the smaller won); only the sampling one is left (issue 43 §2)."""
+    path = _write(tmp_path, "pipeline:\n  max_turn_tokens: 48\n")
+    replaced = ("removed: a solver turn's cap is sampling.solver.max_new_tokens (training) and "
+                "sampling.eval_solver.max_new_tokens (evaluation)")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == f"config key 'pipeline.max_turn_tokens' in {path}: {replaced}"
+    with pytest.raises(ConfigError, match="'pipeline.max_turn_tokens' in --set"):
+        load_config(ROOT / "configs/local_cpu.yaml", overrides=["pipeline.max_turn_tokens=4"])
+    assert "max_turn_tokens" not in {f.name for f in dataclasses.fields(schema.PipelineConfig)}
 
 
 @pytest.mark.parametrize(("old", "new"), [

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from evolving_rl.config import Config, parse_config
+from evolving_rl.config.schema import RoleSampling
 from evolving_rl.domains.base import TaskSpec
 from evolving_rl.pipeline.context import PipelineContext, TaskCatalog, make_adapter
 from evolving_rl.pipeline.skill_library import SkillLibrary
@@ -20,11 +22,27 @@ def toy_rows(n: int) -> list[dict[str, Any]]:
             for i in range(n)]
 
 
-def small_config(**pipeline: Any) -> Config:
+def turn_sampling(tokens: int) -> dict[str, Any]:
+    """A `sampling` section whose solver turns (training and evaluation) take at most `tokens`
+    new tokens, every other value the schema's default."""
+    defaults = RoleSampling()
+    return {role: {**dataclasses.asdict(getattr(defaults, role)), "max_new_tokens": tokens}
+            for role in ("solver", "eval_solver")}
+
+
+def with_turn_tokens(cfg: Config, tokens: int) -> Config:
+    """`cfg` with both solver roles' turns capped at `tokens` new tokens."""
+    sampling = cfg.sampling
+    return dataclasses.replace(cfg, sampling=dataclasses.replace(
+        sampling, solver=dataclasses.replace(sampling.solver, max_new_tokens=tokens),
+        eval_solver=dataclasses.replace(sampling.eval_solver, max_new_tokens=tokens)))
+
+
+def small_config(turn_tokens: int = 200, **pipeline: Any) -> Config:
     # The byte tokenizer spends a token per byte: the reference extractor prompt alone is ~5.3k.
     sizes = {"n_skills": 3, "top_k": 2, "n_repeats": 2, "max_steps": 4,
-             "max_turn_tokens": 200, "max_context_tokens": 16384, **pipeline}
-    return parse_config({"pipeline": sizes})
+             "max_context_tokens": 16384, **pipeline}
+    return parse_config({"pipeline": sizes, "sampling": turn_sampling(turn_tokens)})
 
 
 def fake_context(tmp_path: Path, cfg: Config | None = None, *, policy: Any = None,

@@ -1,4 +1,6 @@
-"""Helpers of the local-backend tests: tiny random Llama / Qwen2, a character tokenizer, samples.
+"""Helpers of the local-backend tests: tiny random Llama / Qwen2, a character tokenizer, samples,
+and `local_policy` (a `LocalPolicy` whose engine settings are the config's `local:` defaults but
+those a test names).
 
 Most tests use a randomly initialised 2-layer Llama (vocabulary of 64) so that they run in
 seconds on a busy 2-core machine; only a few load the real SmolLM2.
@@ -6,14 +8,26 @@ seconds on a busy 2-core machine; only a few load the real SmolLM2.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import torch
 
+from evolving_rl.config.schema import LocalConfig
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import TrainSample
+from evolving_rl.local.engine import LocalPolicy
 
 VOCAB = 64
 EOS_ID = 1
 PAD_ID = 0
+
+
+def local_policy(model: torch.nn.Module, tokenizer: Any, *, seed: int = 0,
+                 **settings: Any) -> LocalPolicy:
+    """`LocalPolicy` over `model` with `LocalConfig()`'s engine settings, `settings` (named as in
+    the config) replaced."""
+    return LocalPolicy(model, tokenizer, dataclasses.replace(LocalConfig(), **settings), seed=seed)
 
 
 class CharTokenizer:

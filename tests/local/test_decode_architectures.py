@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from local_helpers import ARCHITECTURES, PAD_ID, VOCAB, make_sample
+from local_helpers import ARCHITECTURES, PAD_ID, VOCAB, local_policy, make_sample
 
 from evolving_rl.clients.policy import SamplingParams
 from evolving_rl.config.schema import LossConfig
 from evolving_rl.core.roles import Role
-from evolving_rl.local.engine import LocalPolicy
 from evolving_rl.local.trainer import build_token_batch, token_log_probs
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -54,8 +53,8 @@ def _check_against_forward(model, prompts, generations, samplings, atol: float) 
 @pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
 def test_decoded_log_probs_equal_the_full_forward(tokenizer, arch, backend):
     model = ARCHITECTURES[arch]()
-    policy = LocalPolicy(model, tokenizer, seed=3, decode_backend=backend, max_batch=8,
-                         static_tokens=128)
+    policy = local_policy(model, tokenizer, seed=3, decode_backend=backend, max_batch_generate=8,
+                          static_cache_tokens=128)
     prompts = _prompts((20, 7, 33, 12, 5))
     samplings = [_sampling(t) for t in (1.0, 0.0, 1.0, 0.0, 0.7)]
     generations = policy.generate_batch(prompts, samplings)
@@ -66,7 +65,7 @@ def test_decoded_log_probs_equal_the_full_forward(tokenizer, arch, backend):
 def test_prefix_reuse_keeps_the_full_forward(tokenizer, arch):
     """Turn 2 extends turn 1's context: its stored KV is reused, its log-probs stay exact."""
     model = ARCHITECTURES[arch]()
-    policy = LocalPolicy(model, tokenizer, seed=4, prefix_entries=8)
+    policy = local_policy(model, tokenizer, seed=4, prefix_cache_entries=8)
     first = _prompts((18, 25), seed=2)
     turn1 = policy.generate_batch(first, [_sampling(1.0)] * 2)
     second = [p + list(g.token_ids) + [3, 4, 5] for p, g in zip(first, turn1, strict=True)]
@@ -94,7 +93,8 @@ def test_trainer_log_probs_equal_the_full_forward(arch):
 def test_cuda_graphs_bf16_equal_the_full_forward(tokenizer, arch):
     """bf16 on a GPU: static slots replayed as CUDA graphs; tolerance of bf16 logits."""
     model = ARCHITECTURES[arch]().to("cuda", torch.bfloat16)
-    policy = LocalPolicy(model, tokenizer, seed=3, decode_backend="static", static_tokens=256)
+    policy = local_policy(model, tokenizer, seed=3, decode_backend="static",
+                          static_cache_tokens=256)
     prompts = _prompts((20, 7, 33))
     samplings = [_sampling(1.0), _sampling(1.0), _sampling(0.7)]
     generations = policy.generate_batch(prompts, samplings)

@@ -15,7 +15,7 @@ import asyncio
 
 import pytest
 import torch
-from local_helpers import VOCAB, tiny_llama
+from local_helpers import VOCAB, local_policy, tiny_llama
 
 from evolving_rl.clients.policy import FinishReason, SamplingParams
 from evolving_rl.local.engine import LocalPolicy
@@ -38,7 +38,7 @@ def _sampling(temperature: float, top_p: float = 1.0, top_k: int = -1,
 
 def _both(model, tokenizer, prompts, samplings, **kwargs):
     """generate_batch through each backend on a fresh policy of the same seed."""
-    return [LocalPolicy(model, tokenizer, seed=3, decode_backend=backend, **kwargs)
+    return [local_policy(model, tokenizer, seed=3, decode_backend=backend, **kwargs)
             .generate_batch(prompts, samplings) for backend in ("dynamic", "static")]
 
 
@@ -55,8 +55,8 @@ def test_static_equals_dynamic(tokenizer, temperature):
     prompts = _prompts((20, 7, 33, 12, 5))
     samplings = [_sampling(temperature, top_p=(1.0, 0.9, 0.6)[i % 3], top_k=(-1, 5)[i % 2])
                  for i in range(len(prompts))]
-    dynamic, static = _both(model, tokenizer, prompts, samplings, max_batch=8,
-                            static_tokens=128)
+    dynamic, static = _both(model, tokenizer, prompts, samplings, max_batch_generate=8,
+                            static_cache_tokens=128)
     assert sum(len(g.token_ids) for g in static) > 3 * len(prompts)  # not all stopped at once
     _assert_same(dynamic, static)
 
@@ -66,8 +66,8 @@ def test_slots_are_reused_by_rows_admitted_later(tokenizer):
     model = tiny_llama()
     prompts = _prompts((9, 14, 3, 21, 6, 11), seed=2)
     samplings = [_sampling(0.0, new=4 + 3 * i) for i in range(len(prompts))]
-    dynamic, static = _both(model, tokenizer, prompts, samplings, max_batch=2,
-                            static_tokens=128)
+    dynamic, static = _both(model, tokenizer, prompts, samplings, max_batch_generate=2,
+                            static_cache_tokens=128)
     _assert_same(dynamic, static)
 
 
@@ -93,8 +93,9 @@ def test_concurrent_episodes_with_prefix_reuse(tokenizer):
     prompts = _prompts((18, 25, 20))
     results = {}
     for backend in ("dynamic", "static"):
-        policy = LocalPolicy(model, tokenizer, max_batch=4, window_s=0.01, prefix_entries=8,
-                             decode_backend=backend, static_tokens=128)
+        policy = local_policy(model, tokenizer, max_batch_generate=4, batch_window_s=0.01,
+                              prefix_cache_entries=8, decode_backend=backend,
+                              static_cache_tokens=128)
         results[backend] = asyncio.run(_episodes(policy, prompts))
         assert policy.prefixes.reused_tokens > 0
     assert results["static"] == results["dynamic"]
@@ -102,7 +103,7 @@ def test_concurrent_episodes_with_prefix_reuse(tokenizer):
 
 def test_capacity_ends_a_row_with_length(tokenizer):
     model = tiny_llama()
-    policy = LocalPolicy(model, tokenizer, decode_backend="static", static_tokens=128)
+    policy = local_policy(model, tokenizer, decode_backend="static", static_cache_tokens=128)
     long, short = _prompts((200, 120))
     over, near = policy.generate_batch([long, short], [_sampling(0.0, new=50)] * 2)
     assert len(over.token_ids) == 1 and over.finish_reason is FinishReason.LENGTH
@@ -110,12 +111,12 @@ def test_capacity_ends_a_row_with_length(tokenizer):
 
 
 def test_auto_backend_is_dynamic_on_cpu(tokenizer):
-    policy = LocalPolicy(tiny_llama(), tokenizer)
+    policy = local_policy(tiny_llama(), tokenizer)
     assert not policy.static
-    assert isinstance(LocalPolicy(tiny_llama(), tokenizer, decode_backend="static")
+    assert isinstance(local_policy(tiny_llama(), tokenizer, decode_backend="static")
                       .make_decoder(print), StaticDecoder)
     with pytest.raises(ValueError, match="decode_backend"):
-        LocalPolicy(tiny_llama(), tokenizer, decode_backend="fast")
+        local_policy(tiny_llama(), tokenizer, decode_backend="fast")
 
 
 def test_fused_rms_norm_equals_the_stock_norm():
@@ -145,8 +146,8 @@ def test_cuda_graphs_equal_dynamic(tokenizer):
     prompts = _prompts((20, 7, 33, 12, 5))
     samplings = [_sampling(0.0), _sampling(1.0), _sampling(0.7, top_p=0.9), _sampling(1.0, top_k=5),
                  _sampling(0.0)]
-    dynamic, static = _both(model, tokenizer, prompts, samplings, max_batch=8,
-                            static_tokens=256)
+    dynamic, static = _both(model, tokenizer, prompts, samplings, max_batch_generate=8,
+                            static_cache_tokens=256)
     for d, s in zip(dynamic, static, strict=True):  # one CUDA generator: same uniforms
         assert s.token_ids == d.token_ids
         torch.testing.assert_close(torch.tensor(s.log_probs), torch.tensor(d.log_probs),
@@ -158,7 +159,8 @@ def test_cuda_graphs_equal_dynamic(tokenizer):
 def test_cuda_graphs_bf16_forced_tokens(tokenizer):
     """bf16: the static path's log-probs of its own tokens equal a full forward's."""
     model = tiny_llama().to("cuda", torch.bfloat16)
-    policy = LocalPolicy(model, tokenizer, seed=3, decode_backend="static", static_tokens=256)
+    policy = local_policy(model, tokenizer, seed=3, decode_backend="static",
+                          static_cache_tokens=256)
     prompts = _prompts((20, 7, 33))
     generations = policy.generate_batch(prompts, [_sampling(1.0)] * 3)
     assert policy._engine.graphs  # the steps replayed captured graphs

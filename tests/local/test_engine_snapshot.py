@@ -19,10 +19,9 @@ from typing import Any
 
 import pytest
 import torch
-from local_helpers import ARCHITECTURES, VOCAB
+from local_helpers import ARCHITECTURES, VOCAB, local_policy
 
 from evolving_rl.clients.policy import SamplingParams
-from evolving_rl.local.engine import LocalPolicy
 
 SNAPSHOT = Path(__file__).with_name("engine_snapshot.json")
 UPDATE = os.environ.get("UPDATE_ENGINE_SNAPSHOT") == "1"
@@ -38,8 +37,8 @@ def _generations(architecture: str, backend: str, tokenizer: Any) -> list[dict[s
     prompts = [torch.randint(2, VOCAB, (n,), generator=gen).tolist() for n in LENGTHS]
     samplings = [SamplingParams(temperature=t, top_k=k, top_p=p, max_new_tokens=n)
                  for t, k, p, n in SAMPLINGS]
-    policy = LocalPolicy(ARCHITECTURES[architecture](), tokenizer, seed=7, max_batch=4,
-                         decode_backend=backend, static_tokens=128)
+    policy = local_policy(ARCHITECTURES[architecture](), tokenizer, seed=7, max_batch_generate=4,
+                          decode_backend=backend, static_cache_tokens=128)
     return [{"ids": list(g.token_ids), "finish": str(g.finish_reason),
              "log_probs": [round(x, DECIMALS) for x in g.log_probs]}
             for g in policy.generate_batch(prompts, samplings)]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import torch
-from local_helpers import tiny_llama
+from local_helpers import local_policy, tiny_llama
 
 from evolving_rl.config.schema import LocalConfig, LossConfig
 from evolving_rl.local.engine import LocalPolicy
@@ -36,8 +36,8 @@ async def _rollout(ctx, policy: LocalPolicy):
 def test_rollout_with_local_policy_then_train(tmp_path):
     model = tiny_llama(vocab=IM_END + 1)
     tokenizer = ByteTokenizer()
-    policy = LocalPolicy(model, tokenizer, max_batch=8, window_s=0.01, seed=0)
-    cfg = small_config(n_skills=2, top_k=2, n_repeats=1, max_steps=2, max_turn_tokens=12,
+    policy = local_policy(model, tokenizer, max_batch_generate=8, batch_window_s=0.01, seed=0)
+    cfg = small_config(n_skills=2, top_k=2, n_repeats=1, max_steps=2, turn_tokens=12,
                        train_on_source_episode=True,  # random skills never parse
                        skill_format="compact")  # the CPU default's format: a short prompt
     ctx = fake_context(tmp_path, cfg, policy=policy)

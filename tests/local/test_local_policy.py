@@ -9,13 +9,15 @@ by a wide logit margin (`_assert_clear_greedy`), so float32 differences between 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import inspect
 
 import pytest
 import torch
-from local_helpers import EOS_ID, PAD_ID, tiny_llama
+from local_helpers import EOS_ID, PAD_ID, local_policy, tiny_llama
 
 from evolving_rl.clients.policy import FinishReason, SamplingParams
-from evolving_rl.config.schema import LossConfig
+from evolving_rl.config.schema import LocalConfig, LossConfig
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import TrainSample
 from evolving_rl.local.engine import LocalPolicy
@@ -38,8 +40,23 @@ def _assert_clear_greedy(model: torch.nn.Module, prompt: list[int], generation) 
     assert float((top[:, 0] - top[:, 1]).min()) > MIN_MARGIN, "near-tie: ids may differ by path"
 
 
+def test_the_engine_settings_are_the_configs_and_only_there(tokenizer):
+    """`LocalPolicy` reads its engine settings from the `local:` section: no default of its own
+    (its prefix cache once defaulted to 0 entries where the config's default is 32)."""
+    assert list(inspect.signature(LocalPolicy).parameters) == ["model", "tokenizer", "settings",
+                                                               "seed"]
+    for settings in (LocalConfig(), dataclasses.replace(
+            LocalConfig(), max_batch_generate=3, batch_window_s=0.5, prefix_cache_entries=5,
+            decode_backend="static", static_cache_tokens=256)):
+        policy = LocalPolicy(tiny_llama(), tokenizer, settings, seed=0)
+        assert (policy.max_batch, policy.window_s, policy.prefixes.capacity, policy.static,
+                policy.static_tokens) == (
+            settings.max_batch_generate, settings.batch_window_s, settings.prefix_cache_entries,
+            settings.decode_backend == "static", settings.static_cache_tokens)
+
+
 def _policy(tokenizer, **kwargs) -> LocalPolicy:
-    return LocalPolicy(tiny_llama(), tokenizer, **kwargs)
+    return local_policy(tiny_llama(), tokenizer, **kwargs)
 
 
 async def _concurrent(policy: LocalPolicy, prompts, sampling):
@@ -52,7 +69,7 @@ async def _concurrent(policy: LocalPolicy, prompts, sampling):
 def test_batched_greedy_equals_single_calls(tokenizer):
     single = _policy(tokenizer)
     expected = [single.generate_batch([p], [GREEDY])[0] for p in PROMPTS]
-    policy = _policy(tokenizer, max_batch=8, window_s=0.05)
+    policy = _policy(tokenizer, max_batch_generate=8, batch_window_s=0.05)
     got = asyncio.run(_concurrent(policy, PROMPTS, GREEDY))
     assert policy.stats.admissions == 1 and policy.stats.requests == len(PROMPTS)
     assert policy.stats.step_rows == len(PROMPTS) * policy.stats.steps  # all decoded together
@@ -63,7 +80,7 @@ def test_batched_greedy_equals_single_calls(tokenizer):
 
 
 def test_concurrent_calls_beyond_max_batch_are_split(tokenizer):
-    policy = _policy(tokenizer, max_batch=3, window_s=0.05)
+    policy = _policy(tokenizer, max_batch_generate=3, batch_window_s=0.05)
     prompts = PROMPTS + PROMPTS[:3]
     got = asyncio.run(_concurrent(policy, prompts, GREEDY))
     assert len(got) == 7 and policy.stats.requests == 7 and policy.stats.admissions >= 3
@@ -85,7 +102,7 @@ async def _late_join(policy: LocalPolicy):
 
 def test_a_late_request_joins_the_running_batch(tokenizer):
     expected = [_policy(tokenizer).generate_batch([p], [GREEDY])[0] for p in PROMPTS[1:3]]
-    policy = _policy(tokenizer, window_s=0.0)
+    policy = _policy(tokenizer, batch_window_s=0.0)
     got = asyncio.run(_late_join(policy))
     assert policy.stats.admissions == 2 and policy.stats.step_rows > policy.stats.steps
     for prompt, g, e in zip(PROMPTS[1:3], got, expected, strict=True):
@@ -147,8 +164,8 @@ def test_prefix_reuse_gives_the_same_generations(tokenizer):
     """Turn 2 of several episodes reuses turn 1's KV; results equal a policy without reuse."""
     starts = [list(range(2, 22)), list(range(30, 55)), list(range(40, 58))]
     observations = [[3, 4, 5], [7, 8, 9, 10, 11, 12], [13]]
-    reusing = _policy(tokenizer, prefix_entries=8)
-    plain = _policy(tokenizer)
+    reusing = _policy(tokenizer, prefix_cache_entries=8)
+    plain = _policy(tokenizer, prefix_cache_entries=0)
     first = reusing.generate_batch(starts[:2], [GREEDY, GREEDY])
     second = [_continue(p, g, o) for p, g, o in zip(starts, first, observations, strict=False)]
     second.append(starts[2])  # a row with nothing to reuse, in the same batch
@@ -189,7 +206,7 @@ def test_an_admission_encodes_a_shared_prefix_once(tokenizer):
     """Rows sharing a prompt prefix reuse one encoding of it; results equal single calls."""
     system = list(range(2, 42))
     prompts = [system + [50 + i] * (i + 1) for i in range(4)] + [list(range(10, 30))]
-    policy = _policy(tokenizer, prefix_entries=8)
+    policy = _policy(tokenizer, prefix_cache_entries=8)
     got = policy.generate_batch(prompts, [GREEDY] * len(prompts))
     expected = [_policy(tokenizer).generate_batch([p], [GREEDY])[0] for p in prompts]
     assert policy.stats.shared_prefix_tokens == len(system)
@@ -201,7 +218,7 @@ def test_an_admission_encodes_a_shared_prefix_once(tokenizer):
 
 
 def test_no_reuse_after_the_weights_changed(tokenizer):
-    policy = _policy(tokenizer, prefix_entries=8)
+    policy = _policy(tokenizer, prefix_cache_entries=8)
     prompt = list(range(2, 22))
     first = policy.generate_batch([prompt], [GREEDY])[0]
     policy.weights_changed()

@@ -14,7 +14,7 @@ import torch
 
 from evolving_rl.clients.policy import SamplingParams
 from evolving_rl.clients.tokenizer import HFChatTokenizer
-from evolving_rl.config.schema import LossConfig
+from evolving_rl.config.schema import LocalConfig, LossConfig
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import TrainSample
 from evolving_rl.local.engine import LocalPolicy
@@ -66,7 +66,7 @@ def test_policy_log_probs_equal_trainer_log_probs(smollm2):
     chat = HFChatTokenizer(tokenizer)
     prompts = [chat.encode_prompt([{"role": "user", "content": text}])
                for text in ("Name a colour.", "You see a desk 1 and a sofa 2. Where do you go?")]
-    policy = LocalPolicy(model, tokenizer, seed=0)
+    policy = LocalPolicy(model, tokenizer, LocalConfig(), seed=0)
     sampling = SamplingParams(temperature=1.0, top_p=1.0, top_k=-1, max_new_tokens=12)
     generations = policy.generate_batch(prompts, [sampling, sampling])
     samples = [TrainSample(role=Role.SOLVER, prompt_ids=p, response_ids=list(g.token_ids),

@@ -32,6 +32,7 @@ from evolving_rl.pipeline.evaluation import EvalPlan, run_eval
 from evolving_rl.pipeline.rollout import run_training_rollout
 from evolving_rl.pipeline.skill_library import SkillLibrary
 from evolving_rl.pipeline.timing import IOClock
+from tests.fakes.context import turn_sampling
 from tests.fakes.env import FakeRetrievalClient
 from tests.fakes.scripted import SKILLS, ScriptedPolicy
 from tests.fakes.tokenizer import ByteChatTokenizer
@@ -129,8 +130,9 @@ def _rows() -> list[dict[str, Any]]:
 def _context(tmp_path: Path, responder, adapter: Mind2WebAdapter | None = None,
              **pipeline: Any) -> PipelineContext:
     sizes = {"n_skills": 2, "top_k": 2, "n_repeats": 1, "max_steps": 6,
-             "max_turn_tokens": 200, "max_context_tokens": 16384, **pipeline}
-    cfg = parse_config({"environment": "mind2web", "pipeline": sizes})
+             "max_context_tokens": 16384, **pipeline}
+    cfg = parse_config({"environment": "mind2web", "pipeline": sizes,
+                        "sampling": turn_sampling(200)})
     adapter = adapter or make_adapter(cfg)
     rows = _rows()
     return PipelineContext(

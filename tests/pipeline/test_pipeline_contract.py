@@ -24,6 +24,7 @@ from evolving_rl.core.roles import Role
 from evolving_rl.domains.alfworld import SKILL_INTRO
 from evolving_rl.pipeline.context import build_context
 from evolving_rl.pipeline.rollout import run_training_rollout
+from tests.fakes.context import with_turn_tokens
 from tests.fakes.contract import run_contract_rollout, with_pipeline
 from tests.fakes.env import FakeEnvClient
 from tests.fakes.scripted import (
@@ -177,12 +178,12 @@ def test_invalid_and_non_english_skills_get_their_statuses(real_servers, contrac
 
 def test_context_overflow_statuses(real_servers, contract_config):
     rambling = skill_responder([json.dumps(GOOD_SKILL)], solver=lambda _: "x" * 5000)
-    cfg = with_pipeline(contract_config, max_context_tokens=1800, max_turn_tokens=300)
+    cfg = with_turn_tokens(with_pipeline(contract_config, max_context_tokens=1800), 300)
     outcome, _, _ = _run(cfg, rambling)
     assert outcome.metrics["source/status/truncated"] == 2.0
     assert all(s.metadata["stop_reason"] == "context_limit" and s.response_length > 0
                and len(s.tokens) <= 1800 for s in outcome.samples if s.role is Role.SOLVER)
-    tiny = with_pipeline(contract_config, max_context_tokens=200, max_turn_tokens=100)
+    tiny = with_turn_tokens(with_pipeline(contract_config, max_context_tokens=200), 100)
     outcome, _, _ = _run(tiny, rambling)
     assert outcome.metrics["source/status/context_overflow"] == 2.0
     assert outcome.samples == []

@@ -147,7 +147,7 @@ def test_context_fills_up_and_every_request_fits_the_context(tmp_path):
             seen.append((len(prompt_ids), sampling.max_new_tokens))
             return await super().generate(prompt_ids, sampling)
 
-    cfg = small_config(max_context_tokens=1100, max_turn_tokens=300, max_steps=20)
+    cfg = small_config(max_context_tokens=1100, turn_tokens=300, max_steps=20)
     ctx = fake_context(tmp_path, cfg, policy=Recording(TOK, lambda _: "x" * 1000))
     result = _play(ctx)
     assert result.status is SampleStatus.TRUNCATED and result.stop_reason == "context_limit"
@@ -156,7 +156,7 @@ def test_context_fills_up_and_every_request_fits_the_context(tmp_path):
 
 
 def test_prompt_longer_than_the_context_is_a_context_overflow(tmp_path):
-    ctx = fake_context(tmp_path, small_config(max_context_tokens=100, max_turn_tokens=50))
+    ctx = fake_context(tmp_path, small_config(max_context_tokens=100, turn_tokens=50))
     result = _play(ctx)
     assert result.status is SampleStatus.CONTEXT_OVERFLOW and result.score is None
     assert result.trace.n_generated == 0 and ctx.env.open == set()

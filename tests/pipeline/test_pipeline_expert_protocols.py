@@ -22,9 +22,6 @@ from evolving_rl.evaluate.runner import EvalRequest, run_evaluation
 from evolving_rl.pipeline.context import make_adapter
 from evolving_rl.pipeline.eval_records import CaseStore
 from evolving_rl.pipeline.evaluation import (
-    NOTE_EXPERT_FAILED,
-    NOTE_EXPERT_NOT_WON,
-    NOTE_NO_EXPERT,
     NOTE_NO_WRITTEN_SKILL,
     NOTE_SOURCE_FAILED,
     EvalPlan,
@@ -34,17 +31,22 @@ from evolving_rl.pipeline.evaluation import (
     evaluate_cases,
     run_eval,
 )
-from evolving_rl.pipeline.expert import replay_expert
+from evolving_rl.pipeline.expert import (
+    NOTE_EXPERT_FAILED,
+    NOTE_EXPERT_NOT_WON,
+    NOTE_NO_EXPERT,
+    replay_expert,
+)
 from evolving_rl.pipeline.timing import IOClock
 from tests.fakes.checkpoint import checkpoint_spec
-from tests.fakes.context import fake_context, toy_rows
+from tests.fakes.context import fake_context, toy_rows, turn_sampling
 from tests.fakes.env import ACTIONS, FakeEnvClient
 from tests.fakes.scripted import EXTRACTOR_MARKER, SKILLS, ScriptedPolicy, skill_responder
 from tests.fakes.tokenizer import ByteChatTokenizer
 
 TOK = ByteChatTokenizer()
 WIN = ["go to desk 1", "take mug 1 from desk 1"]  # the toy game is won by the second
-SIZES = {"n_skills": 2, "top_k": 1, "max_steps": 3, "max_turn_tokens": 200,
+SIZES = {"n_skills": 2, "top_k": 1, "max_steps": 3,
          "max_context_tokens": 16384, "skill_format": "reference"}
 EXPERT = EvalPlan(protocol=EvalProtocol.EXPERT_SKILL, split="valid_unseen")
 WRITTEN = EvalPlan(protocol=EvalProtocol.WRITTEN_SKILL, split="valid_unseen")
@@ -73,7 +75,7 @@ def _games(root: Path, walkthroughs: dict[str, list[str] | None]) -> None:
 
 
 def _context(tmp_path: Path, recorder: Recorder, **alfworld):
-    cfg = parse_config({"pipeline": SIZES,
+    cfg = parse_config({"pipeline": SIZES, "sampling": turn_sampling(200),
                         "alfworld": {"data_root": str(tmp_path / "games"), **alfworld}})
     return fake_context(tmp_path, cfg, policy=ScriptedPolicy(TOK, recorder))
 

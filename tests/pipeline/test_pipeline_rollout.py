@@ -16,7 +16,7 @@ from evolving_rl.core.grid import extractor_group_id, solver_group_id
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import SampleStatus
 from evolving_rl.pipeline.rollout import run_training_rollout
-from tests.fakes.context import fake_context, small_config, toy_rows
+from tests.fakes.context import fake_context, small_config, toy_rows, turn_sampling
 from tests.fakes.env import FakeRetrievalClient
 from tests.fakes.scripted import SKILLS, ScriptedPolicy, skill_responder
 from tests.fakes.tokenizer import ByteChatTokenizer
@@ -173,7 +173,8 @@ def _first_turn_invalid(prompt: str) -> str:
 
 def test_invalid_action_penalty_shapes_the_solver_reward(tmp_path):
     cfg = parse_config({"pipeline": {"n_skills": 2, "top_k": 2, "n_repeats": 1, "max_steps": 4,
-                                     "max_turn_tokens": 200, "max_context_tokens": 16384},
+                                     "max_context_tokens": 16384},
+                        "sampling": turn_sampling(200),
                         "rewards": {"invalid_action_penalty": 0.5}})
     skills = SKILLS["reference"]
     policy = ScriptedPolicy(TOK, skill_responder([json.dumps(skills.good), json.dumps(skills.bad)],

@@ -30,14 +30,14 @@ import pytest
 from evolving_rl.config import parse_config
 from evolving_rl.core.samples import TrainSample
 from evolving_rl.pipeline.rollout import run_training_rollout
-from tests.fakes.context import fake_context, toy_rows
+from tests.fakes.context import fake_context, toy_rows, turn_sampling
 from tests.fakes.scripted import SKILLS, ScriptedPolicy, reply_text, skill_responder
 from tests.fakes.tokenizer import ByteChatTokenizer
 
 SNAPSHOT = Path(__file__).with_name("rollout_snapshot.json")
 UPDATE = os.environ.get("UPDATE_ROLLOUT_SNAPSHOT") == "1"
 DECIMALS = 6
-SIZES = {"n_skills": 3, "top_k": 2, "n_repeats": 2, "max_steps": 4, "max_turn_tokens": 200,
+SIZES = {"n_skills": 3, "top_k": 2, "n_repeats": 2, "max_steps": 4,
          "max_context_tokens": 16384}
 
 
@@ -128,7 +128,8 @@ def _sample_record(sample: TrainSample) -> dict[str, Any]:
 
 
 def _run(case: Case, tmp_path: Path) -> dict[str, Any]:
-    cfg = parse_config({"pipeline": {**SIZES, **case.pipeline}, "rewards": case.rewards})
+    cfg = parse_config({"pipeline": {**SIZES, **case.pipeline}, "rewards": case.rewards,
+                        "sampling": turn_sampling(200)})
     ctx = fake_context(tmp_path, cfg, policy=ScriptedPolicy(ByteChatTokenizer(), case.responder()))
     outcome = asyncio.run(run_training_rollout(ctx, toy_rows(case.rows), rollout_id=5))
     metrics = {k: v for k, v in outcome.metrics.items() if not k.startswith("timing/")}

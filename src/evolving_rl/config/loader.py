@@ -6,7 +6,8 @@ on dataclass fields with `evolving_rl.core.bounds.bounded(...)` metadata; cross-
 in `validate()` methods of the dataclasses themselves, or, for a core settings type the schema
 embeds, in its `__post_init__`, whose `FieldError` is reported under that field's key. A class may
 name keys it no longer has in a `RENAMED` class variable (old key -> new key): such a key fails
-naming the key that holds its setting now.
+naming the key that holds its setting now; and in a `REMOVED` one (old key -> where its setting
+lives now, in words), for a key whose setting moved to another section or merged into another.
 """
 
 from __future__ import annotations
@@ -106,6 +107,9 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
         renamed = getattr(cls, "RENAMED", {}).get(unknown[0])
         if renamed:
             raise ConfigError(key, f"renamed: use '{prefix + '.' if prefix else ''}{renamed}'")
+        removed = getattr(cls, "REMOVED", {}).get(unknown[0])
+        if removed:
+            raise ConfigError(key, f"removed: {removed}")
         raise ConfigError(key, f"unknown key (known: {', '.join(sorted(fields))})")
     kwargs = {}
     for name, value in data.items():

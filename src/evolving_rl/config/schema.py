@@ -75,12 +75,16 @@ class RoleSampling:
 class PipelineConfig:
     """Sizes of the four-stage rollout and its concurrency bounds."""
 
+    # One solver turn is capped by its role's sampling, nothing else (docs/design.md §3).
+    REMOVED: ClassVar[dict[str, str]] = {
+        "max_turn_tokens": "a solver turn's cap is sampling.solver.max_new_tokens (training) "
+                           "and sampling.eval_solver.max_new_tokens (evaluation)"}
+
     n_skills: int = bounded(8, ge=2)
     top_k: int = bounded(4, ge=1)
     n_repeats: int = bounded(1, ge=1)
     source_tasks_per_rollout: int = bounded(16, ge=1)
     max_steps: int = bounded(50, ge=1)
-    max_turn_tokens: int = bounded(512, ge=1)
     max_context_tokens: int = bounded(16384, ge=64)
     train_on_source_episode: bool = False
     include_source_in_retrieval: bool = False
@@ -127,8 +131,6 @@ class PipelineConfig:
     extractor_reward: Literal["downstream", "teach"] = "downstream"
 
     def validate(self) -> None:
-        if self.max_turn_tokens >= self.max_context_tokens:
-            raise ConfigError("max_turn_tokens", "must be smaller than max_context_tokens")
         if self.skill_use == "teacher" and self.method != "evolving":
             raise ConfigError("skill_use", "teacher needs method: evolving (the baseline has "
                               "no skills)")
@@ -484,3 +486,9 @@ class Config:
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     local: LocalConfig = field(default_factory=LocalConfig)
     run: RunConfig = field(default_factory=RunConfig)
+
+    def validate(self) -> None:
+        for role in ("solver", "eval_solver"):
+            if getattr(self.sampling, role).max_new_tokens >= self.pipeline.max_context_tokens:
+                raise ConfigError(f"sampling.{role}.max_new_tokens",
+                                  "must be smaller than pipeline.max_context_tokens")

@@ -86,11 +86,7 @@ async def open_policy(spec: PolicySpec, cfg: Config
 
         hf_tokenizer = load_tokenizer(tokenizer_path)
         model = load_model(spec.path, spec.device, spec.dtype, trainable=False)
-        local = LocalPolicy(model, hf_tokenizer, max_batch=cfg.local.max_batch_generate,
-                            window_s=cfg.local.batch_window_s, seed=cfg.run.seed,
-                            prefix_entries=cfg.local.prefix_cache_entries,
-                            decode_backend=cfg.local.decode_backend,
-                            static_tokens=cfg.local.static_cache_tokens)
+        local = LocalPolicy(model, hf_tokenizer, cfg.local, seed=cfg.run.seed)
         try:
             yield local, HFChatTokenizer(hf_tokenizer)
         finally:

@@ -129,11 +129,7 @@ def load_models(cfg: Config) -> Models:
     if local.resume_from:
         trainer.load_state(start)
         logger.info("resumed from %s at step %d", start, trainer.step_count)
-    policy = LocalPolicy(model, tokenizer, max_batch=local.max_batch_generate,
-                         window_s=local.batch_window_s, seed=cfg.run.seed,
-                         prefix_entries=local.prefix_cache_entries,
-                         decode_backend=local.decode_backend,
-                         static_tokens=local.static_cache_tokens)
+    policy = LocalPolicy(model, tokenizer, local, seed=cfg.run.seed)
     return Models(tokenizer, policy, trainer)
 
 

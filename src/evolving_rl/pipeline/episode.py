@@ -6,12 +6,12 @@ chat-templated solver messages; each later turn appends the observation block (t
 0, log-prob 0.0) and then the sampled ids with their log-probs (mask 1), never re-tokenised; under
 top-p replay each reply also brings its nucleus, and observation blocks get empty spans. A
 configured solver reply prefix opens each assistant turn on the prompt side (mask 0) and is
-prepended to the decoded reply before parsing. `max_new_tokens` is capped per turn by the per-turn
-cap and by the room left in the context. An adapter with `step_prompts` (Mind2Web) has no dialogue
-history: each step is prompted afresh by its `solver_messages` with the current observation and
-recorded in `EpisodeTrace.steps` (one prompt and one reply each); a step prompt that does not fit
-the context truncates the episode. Each turn records the reward and info of the observation its
-action led to. Every way an episode can end is a status, never an exception:
+prepended to the decoded reply before parsing. A turn's `max_new_tokens` is its role's
+(`sampling.solver` or `sampling.eval_solver`), capped by the room left in the context. An adapter
+with `step_prompts` (Mind2Web) has no dialogue history: each step is prompted afresh by its
+`solver_messages` with the current observation and recorded in `EpisodeTrace.steps` (one prompt and
+one reply each); a step prompt that does not fit the context truncates the episode. Each turn
+records the reward and info of the observation its action led to. Every way an episode can end is a status, never an exception:
 
   COMPLETED         the environment said done (score from the environment)
   TRUNCATED         max_steps reached, or the context filled up (`stop_reason` says which; the
@@ -148,7 +148,7 @@ async def _turn(ep: _Episode, observation: Observation, sampling: SamplingParams
         with ep.clock.wait("policy"):
             generation = await ctx.policy.generate(
                 trace.prompt_ids + trace.response_ids,
-                sampling.capped(min(ctx.cfg.pipeline.max_turn_tokens, room)))
+                sampling.capped(room))
     except PolicyError as error:
         return ep.end(SampleStatus.POLICY_ERROR, "policy_error", None, str(error))
     if generation.finish_reason is FinishReason.ABORT:

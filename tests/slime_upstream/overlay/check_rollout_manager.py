@@ -58,7 +58,7 @@ from tests.servers import (
 
 PROMPTS = 2
 SMALL_PIPELINE = {"n_skills": 2, "top_k": 2, "n_repeats": 1, "max_steps": 3,
-                  "max_turn_tokens": 128, "source_tasks_per_rollout": PROMPTS,
+                  "source_tasks_per_rollout": PROMPTS,
                   "max_concurrent_episodes": 8, "max_concurrent_extractions": 4}
 ALFWORLD_DATA = ROOT / "data/test_alfworld"  # tests/conftest.py generates it once
 TEACHER_METRICS = ("students", "student_wins", "students_scored", "score_calls",
@@ -85,6 +85,8 @@ def _profile(script: Path, contract: Path, folder: Path) -> Path:
             profile[key] = contract_values[key]
     profile["clients"] = CLIENTS
     profile["pipeline"] = {**profile["pipeline"], **SMALL_PIPELINE}
+    for role in ("solver", "eval_solver"):  # byte tokens of one solver turn
+        profile["sampling"][role] = {**profile["sampling"][role], "max_new_tokens": 128}
     path = folder / "profile.yaml"
     path.write_text(yaml.safe_dump(profile))
     return path

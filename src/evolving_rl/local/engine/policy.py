@@ -18,6 +18,9 @@ while a rollout generates, and call `weights_changed` after every optimiser step
 computed with the old weights is reused. On CPU the model's linear layers decode with transposed
 weight copies (`linear_layout`), rebuilt after each weight update.
 
+Its engine settings are the config's `local:` section (`LocalConfig`: `max_batch_generate`,
+`batch_window_s`, `prefix_cache_entries`, `decode_backend`, `static_cache_tokens`), read from there
+alone, so a policy built anywhere gets the profile's values and the schema's defaults.
 `decode_backend` picks the decoder: "dynamic" (`Decoder`: a KV cache that grows with the batch,
 the CPU path), "static" (`StaticDecoder`: `max_batch` pre-allocated KV slots of `static_tokens`
 tokens, device-side sampling, one host sync per step, CUDA-graph replay on a GPU) or "auto"
@@ -41,6 +44,7 @@ from typing import Any
 import torch
 
 from evolving_rl.clients.policy import FinishReason, Generation, PolicyError, SamplingParams
+from evolving_rl.config.schema import LocalConfig
 from evolving_rl.local.engine.decoder import Decoder, DecodeStats
 from evolving_rl.local.engine.kv_cache import PrefixCache, full_attention_only
 from evolving_rl.local.engine.linear_layout import use_transposed_weights
@@ -93,23 +97,23 @@ def eos_ids(model: torch.nn.Module, tokenizer: Any) -> frozenset[int]:
 class LocalPolicy:
     """`PolicyClient` over an in-process HF causal LM, with continuous batching."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, *, max_batch: int = 8,
-                 window_s: float = 0.02, seed: int = 0, prefix_entries: int = 0,
-                 decode_backend: str = "auto", static_tokens: int = 4096) -> None:
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, settings: LocalConfig, *,
+                 seed: int) -> None:
         self.model, self.tokenizer = model, tokenizer
-        self.max_batch, self.window_s = max_batch, window_s
+        self.max_batch, self.window_s = settings.max_batch_generate, settings.batch_window_s
         device = next(model.parameters()).device
-        if decode_backend not in ("auto", "dynamic", "static"):
-            raise ValueError(f"decode_backend must be auto, dynamic or static: {decode_backend!r}")
-        self.static = decode_backend == "static" or (
-            decode_backend == "auto" and device.type == "cuda")
-        self.static_tokens = static_tokens
+        backend = settings.decode_backend
+        if backend not in ("auto", "dynamic", "static"):
+            raise ValueError(f"decode_backend must be auto, dynamic or static: {backend!r}")
+        self.static = backend == "static" or (backend == "auto" and device.type == "cuda")
+        self.static_tokens = settings.static_cache_tokens
         self._engine: SlotEngine | None = None
         if device.type == "cpu":
             use_transposed_weights(model)
         self.generator = torch.Generator(device=device).manual_seed(seed)
-        reuse = prefix_entries > 0 and full_attention_only(model)
-        self.prefixes = PrefixCache(prefix_entries) if reuse else None
+        entries = settings.prefix_cache_entries
+        reuse = entries > 0 and full_attention_only(model)
+        self.prefixes = PrefixCache(entries) if reuse else None
         # transformers 5.x renamed the KV-cache argument and output `past_key_values` -> `cache`
         self._cache_name = ("cache" if "cache" in inspect.signature(model.forward).parameters
                             else "past_key_values")
