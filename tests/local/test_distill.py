@@ -10,11 +10,11 @@ import dataclasses
 
 import pytest
 import torch
-from local_helpers import PAD_ID, make_sample, tiny_llama
+from local_helpers import PAD_ID, local_policy, make_sample, tiny_llama
 
 from evolving_rl.clients.policy import SamplingParams
 from evolving_rl.core.roles import Role
-from evolving_rl.local.engine import LocalPolicy
+from evolving_rl.local import trainer as trainer_module
 from evolving_rl.local.trainer import GRPOTrainer, build_token_batch, token_log_probs
 from evolving_rl.losses import per_token_policy_loss
 
@@ -105,21 +105,32 @@ def test_distill_gradient_through_a_tiny_model_matches_finite_differences(loss_c
         assert float(param.grad[i, j]) == pytest.approx((up - down) / (2 * h), rel=1e-2)
 
 
-def test_without_teacher_the_loss_is_todays_bit_for_bit(loss_cfg, batch):
+def test_without_teacher_the_loss_is_todays_bit_for_bit(loss_cfg, local_cfg, batch,
+                                                          monkeypatch):
+    """No student in the batch: a trainer with a distillation coefficient and one without give
+    the same loss and gradient bits, through `per_token_policy_loss` calls without a teacher
+    (a spy records them, as tests/slime/test_teacher_channel.py does on the slime path)."""
     assert all(s.teacher_log_probs is None for s in batch)
-    tokens = build_token_batch(batch, loss_cfg, PAD_ID, "cpu")
-    assert tokens.teacher is None and tokens.distill_coef is None
-    model = tiny_llama(0)
-    log_probs, entropy = token_log_probs(model, tokens, with_entropy=True)
-    common = dict(log_probs=log_probs, old_log_probs=tokens.old_log_probs,
-                  advantages=tokens.advantages, eps_low=0.1, eps_high=0.15,
-                  ref_log_probs=tokens.old_log_probs + 0.1, kl_coef=tokens.kl_coef,
-                  entropy=entropy, entropy_coef=tokens.entropy_coef)
-    today = per_token_policy_loss(**common)
-    switched = per_token_policy_loss(**common, teacher_log_probs=tokens.teacher,
-                                     distill_coef=0.0)
-    assert torch.equal(today.loss, switched.loss)
-    assert not torch.any(switched.reverse_kl)
+    calls = []
+
+    def spy(**kwargs):
+        calls.append(kwargs)
+        return per_token_policy_loss(**kwargs)
+
+    monkeypatch.setattr(trainer_module, "per_token_policy_loss", spy)
+    results = []
+    for coef in (0.0, BETA):
+        model = tiny_llama(0)
+        trainer = GRPOTrainer(model, copy.deepcopy(model), dataclasses.replace(
+            loss_cfg, distill_coef=coef), local_cfg, pad_id=PAD_ID)
+        trainer.model.train()
+        loss = trainer._accumulate(trainer._micro_batches(batch), backward=True)["loss"]
+        results.append((loss, [p.grad.clone() for p in model.parameters()]))
+    assert calls and all(c["teacher_log_probs"] is None and c["distill_coef"] == 0.0
+                         for c in calls)
+    (loss_off, grads_off), (loss_on, grads_on) = results
+    assert loss_off == loss_on
+    assert all(torch.equal(a, b) for a, b in zip(grads_off, grads_on, strict=True))
 
 
 def test_a_zero_distill_coefficient_changes_nothing(loss_cfg, local_cfg):
@@ -132,7 +143,8 @@ def test_a_zero_distill_coefficient_changes_nothing(loss_cfg, local_cfg):
     assert a["loss"] == pytest.approx(b["loss"], abs=1e-7)
 
 
-def test_trainer_reports_the_sampled_reverse_kl_over_student_tokens(loss_cfg, local_cfg, batch):
+def test_trainer_reports_the_sampled_reverse_kl_over_every_trained_token(loss_cfg, local_cfg,
+                                                                         batch):
     students = [_student(5), _student(6)]
     model = tiny_llama(0)
     trainer = GRPOTrainer(model, copy.deepcopy(model), loss_cfg, local_cfg, pad_id=PAD_ID)
@@ -140,7 +152,8 @@ def test_trainer_reports_the_sampled_reverse_kl_over_student_tokens(loss_cfg, lo
     diffs = [o - t for s in students
              for o, t, m in zip(s.log_probs, s.teacher_log_probs, s.loss_mask, strict=True) if m]
     assert metrics.teacher_tokens == len(diffs)
-    assert metrics.distill_kl == pytest.approx(sum(diffs) / len(diffs), abs=1e-5)
+    trained = sum(sum(s.loss_mask) for s in batch + students)
+    assert metrics.distill_kl == pytest.approx(sum(diffs) / trained, abs=1e-5)
 
 
 def test_distillation_raises_the_tokens_the_teacher_prefers(loss_cfg, local_cfg):
@@ -166,7 +179,8 @@ def test_distillation_raises_the_tokens_the_teacher_prefers(loss_cfg, local_cfg)
 
 def test_local_policy_score_is_the_trainers_log_probs(tokenizer, loss_cfg):
     model = tiny_llama(0)
-    policy = LocalPolicy(model, tokenizer, max_batch=4, window_s=0.0, decode_backend="dynamic")
+    policy = local_policy(model, tokenizer, max_batch_generate=4, batch_window_s=0.0,
+                          decode_backend="dynamic")
     prompt = [5, 9, 14, 3, 22, 7]
 
     async def run():

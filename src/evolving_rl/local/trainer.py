@@ -242,8 +242,9 @@ class StepMetrics:
     tokens_per_s: float = 0.0
     role_tokens: dict[str, int] = field(default_factory=dict)
     role_kl: dict[str, float] = field(default_factory=dict)
-    # Under pipeline.skill_use: teacher: the sampled reverse KL (old - teacher) over the student
-    # tokens, and their count.
+    # Under pipeline.skill_use: teacher: the sampled reverse KL (old - teacher) summed over the
+    # student tokens and divided by every trained token of the step, as slime reports it
+    # (docs/design.md §4.6), and the student tokens' count.
     distill_kl: float = 0.0
     teacher_tokens: int = 0
 
@@ -344,7 +345,7 @@ class GRPOTrainer:
         means = {name: value / max(total, 1) for name, value in sums.items()}
         means.update({f"kl/{role}": kl / max(n, 1) for role, (kl, n) in role_sums.items()})
         means.update({f"tokens/{role}": n for role, (_, n) in role_sums.items()})
-        means["distill_kl"], means["tokens/teacher"] = distill[0] / max(distill[1], 1), distill[1]
+        means["distill_kl"], means["tokens/teacher"] = distill[0] / max(total, 1), distill[1]
         return means
 
     def evaluate_loss(self, samples: Sequence[TrainSample]) -> dict[str, float]:

@@ -16,7 +16,9 @@ Owns the glue between slime's packed micro-batch and the pure objective in `evol
     it, loss.py:729-732, 810-816), with coefficient `loss.distill_coef` on student tokens and 0
     elsewhere. A micro-batch without a student token takes the loss's path without teacher,
     unchanged. Logged under `skill_use: teacher`: `distill_kl` (the reduced sampled reverse KL
-    old - teacher, 0 off student tokens) and `student_token_frac`;
+    old - teacher, 0 off student tokens: under `--calculate-per-token-loss` slime divides the
+    step's sum by its trained tokens, the local trainer's definition, docs/design.md §4.6) and
+    `student_token_frac`;
   - the per-token loss is reduced by slime's `sum_of_sample_mean`, which applies the loss mask and
     (with `--calculate-per-token-loss`) sums tokens so Megatron divides by the step's token count:
     a token-level mean over the mask.
