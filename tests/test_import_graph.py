@@ -219,6 +219,19 @@ def test_the_engine_is_imported_through_its_entry_point():
     assert inside and offenders == []
 
 
+def test_evaluation_does_not_stand_on_the_training_rollout():
+    """What the evaluation protocols share with the rollout (retrieval of similar tasks) sits
+    below both: no evaluation module reaches `pipeline.rollout` through any chain of imports."""
+    reached, todo = set(), ["evolving_rl.pipeline.evaluation"]
+    while todo:
+        for target in GRAPH[todo.pop()]:
+            if target not in reached:
+                reached.add(target)
+                todo.append(target)
+    assert "evolving_rl.pipeline.similar_tasks" in reached
+    assert "evolving_rl.pipeline.rollout" not in reached
+
+
 def test_evaluation_starts_servers_without_the_local_job():
     assert [module for module, targets in GRAPH.items()
             if unit(module) == "evaluate" and "evolving_rl.local.job" in targets] == []

@@ -11,7 +11,8 @@ prepended to the decoded reply before parsing. A turn's `max_new_tokens` is its 
 with `step_prompts` (Mind2Web) has no dialogue history: each step is prompted afresh by its
 `solver_messages` with the current observation and recorded in `EpisodeTrace.steps` (one prompt and
 one reply each); a step prompt that does not fit the context truncates the episode. Each turn
-records the reward and info of the observation its action led to. Every way an episode can end is a status, never an exception:
+records the reward and info of the observation its action led to. Every way an episode can end is
+a status, never an exception:
 
   COMPLETED         the environment said done (score from the environment)
   TRUNCATED         max_steps reached, or the context filled up (`stop_reason` says which; the

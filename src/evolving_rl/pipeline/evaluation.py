@@ -58,7 +58,7 @@ from evolving_rl.pipeline.eval_report import summarize
 from evolving_rl.pipeline.expert import replay_expert
 from evolving_rl.pipeline.extraction import extract_skills
 from evolving_rl.pipeline.progress import live_bar
-from evolving_rl.pipeline.rollout import retrieve
+from evolving_rl.pipeline.similar_tasks import retrieve
 from evolving_rl.pipeline.skill_library import SkillLibrary, SkillRecord
 from evolving_rl.pipeline.timing import IOClock
 

@@ -25,9 +25,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from evolving_rl.clients.http import ServerError, TransportError
 from evolving_rl.clients.policy import SamplingParams
-from evolving_rl.clients.retrieval import SearchQuery
 from evolving_rl.core.grid import Grid
 from evolving_rl.core.samples import TrainSample
 from evolving_rl.domains.base import TaskSpec
@@ -38,11 +36,12 @@ from evolving_rl.pipeline.episode import play
 from evolving_rl.pipeline.extraction import extract_skills
 from evolving_rl.pipeline.metrics import StageTimes, baseline_metrics, rollout_metrics
 from evolving_rl.pipeline.progress import live_bar
+from evolving_rl.pipeline.similar_tasks import retrieve
 from evolving_rl.pipeline.teacher import play_students, teacher_metrics
 from evolving_rl.pipeline.timing import IOClock
 from evolving_rl.pipeline.units import Retrieved, SourceUnit
 
-__all__ = ["RolloutOutcome", "play", "retrieve", "run_training_rollout"]
+__all__ = ["RolloutOutcome", "play", "run_training_rollout"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,28 +52,6 @@ class RolloutOutcome:
 
     samples: list[TrainSample]
     metrics: dict[str, float]
-
-
-async def retrieve(ctx: PipelineContext, clock: IOClock, tasks: Sequence[TaskSpec],
-                   top_k: int) -> Retrieved:
-    """Top-k other tasks (of the retrieval split) for every task, in one request."""
-    pipeline = ctx.cfg.pipeline
-    queries = [SearchQuery(task.question,
-                           () if pipeline.include_source_in_retrieval else (task.id,))
-               for task in tasks]
-    try:
-        with clock.wait("retrieval"):
-            hits = await ctx.retrieval.search(queries, top_k, split=pipeline.retrieval_split,
-                                              order=pipeline.retrieval_order)
-    except (TransportError, ServerError) as error:
-        logger.warning("retrieval failed: %s", error)
-        return Retrieved([[] for _ in tasks], str(error))
-    out, unknown = [], 0
-    for row in hits:
-        found = [ctx.catalog.get(hit.id) for hit in row]
-        unknown += sum(task is None for task in found)
-        out.append([task for task in found if task is not None])
-    return Retrieved(out, None, unknown)
 
 
 async def _downstream(ctx: PipelineContext, clock: IOClock, grid: Grid, unit: SourceUnit,
