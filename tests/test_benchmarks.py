@@ -94,6 +94,9 @@ RUNS = (
             (r"pick_and_place_simple: random admissible policy wins \d+/1 \(\d+\.\d%\) in 3 steps;"
              r" \d+\.\d admissible commands per step; walkthrough \d+\.\d commands",
              r"all types: random admissible policy wins \d+/[1-9]\d* ")),
+    TinyRun("probe_mechanism", (),
+            (r"\| 1 \| [-+]\d\.\d\d \| \d+% \| \d+/\d+ \| \d+% \| \d+% \|",
+             r"eval after \(reference, \d+ held-out tasks\): without card \d+%, with card")),
     TinyRun("skill_lengths", ("--config", "configs/local_cpu.yaml", *DATA_SETS),
             (r"source episodes won \d+/2; extractions 4, complete \d+ \(generous cap 48\)",
              r"(complete skill tokens: p50 \d+, .* p95 \d+|no complete extraction)"),
