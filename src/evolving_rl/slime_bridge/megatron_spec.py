@@ -19,7 +19,15 @@ fused LayerNormLinear), and core attention is PyTorch's scaled_dot_product_atten
 of a packed stream. Megatron takes it as `--spec evolving_rl.slime_bridge.megatron_spec
 layer_spec` together with `--transformer-impl local` (slime calls it with `(args, config,
 vp_stage)`: slime/backends/megatron_utils/model_provider.py:140-143). Dense models, no context
-parallelism, RMSNorm; anything else is refused when the model is built.
+parallelism, RMSNorm; anything else is refused when the model is built (`unsupported`): experts,
+zero-centred norm scales (`--apply-layernorm-1p`), sliding-window attention (`--window-size`), a
+softmax other than the vanilla one, the attention mask Megatron's data path would build
+(`--reset-attention-mask`; slime passes none, and an explicit mask reaching the core attention is
+refused), and attention dropout under tensor parallelism (Megatron draws it from its model-parallel
+RNG tracker per partition, which this spec does not).
+
+The packed path attends one sequence at a time (a Python loop, one host sync for the boundaries per
+layer); its cost against one variable-length call at 7B shape is a GPU measurement not made yet.
 """
 
 from __future__ import annotations
@@ -91,6 +99,9 @@ class PackedSdpaAttention(MegatronModule):
                 attention_bias=None, packed_seq_params: PackedSeqParams | None = None):
         if attention_bias is not None:
             raise ValueError("PackedSdpaAttention takes no attention bias")
+        if attention_mask is not None:
+            raise ValueError("PackedSdpaAttention applies its own causal mask per sequence; it "
+                             "takes no attention mask")
         if packed_seq_params is not None and packed_seq_params.qkv_format == "thd":
             return self._packed(query, key, value, packed_seq_params.cu_seqlens_q)
         # [s, b, h, d] -> [b, h, s, d] and back to [s, b, h * d]
@@ -115,10 +126,32 @@ class PackedSdpaAttention(MegatronModule):
             scale=self.scale, enable_gqa=q.shape[1] != k.shape[1])
 
 
-def layer_spec(args, config: TransformerConfig, vp_stage: int | None = None) -> ModuleSpec:
-    """The transformer layer: TE's layout and parameter names, Megatron-core's plain modules."""
+def unsupported(args, config: TransformerConfig) -> list[str]:
+    """What the flags ask for that this spec would otherwise ignore, one line each."""
+    problems = []
     if getattr(args, "num_experts", None):
-        raise ValueError("megatron_spec builds dense models only (no --num-experts)")
+        problems.append("it builds dense models only (no --num-experts)")
+    if config.layernorm_zero_centered_gamma:
+        problems.append("its RMSNorm scales are not zero-centred (no --apply-layernorm-1p)")
+    if config.window_size is not None:
+        problems.append("its attention is full causal, not windowed (no --window-size)")
+    if config.softmax_type != "vanilla":
+        problems.append(f"its softmax is vanilla, not {config.softmax_type}")
+    if getattr(args, "reset_attention_mask", False):
+        problems.append("it masks one packed sequence from another itself (no "
+                        "--reset-attention-mask)")
+    if config.attention_dropout > 0 and config.tensor_model_parallel_size > 1:
+        problems.append("its attention dropout does not use Megatron's tensor-parallel RNG "
+                        "(--attention-dropout 0 with --tensor-model-parallel-size > 1)")
+    return problems
+
+
+def layer_spec(args, config: TransformerConfig, vp_stage: int | None = None) -> ModuleSpec:
+    """The transformer layer: TE's layout and parameter names, Megatron-core's plain modules;
+    flags it cannot honour are refused here, when the model is built."""
+    problems = unsupported(args, config)
+    if problems:
+        raise ValueError("megatron_spec cannot build this model: " + "; ".join(problems))
     local = get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=args.qk_layernorm)
     attention = local.submodules.self_attention.submodules
     return ModuleSpec(

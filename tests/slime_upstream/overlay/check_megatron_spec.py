@@ -86,13 +86,12 @@ def hf_model(tmp_path_factory):
     return folder, model
 
 
-@pytest.fixture(scope="module")
-def megatron_args(parallel_state):
-    """Megatron's args of the toy model with the TE-free flags, validated by Megatron."""
+def _parsed(*extra: str) -> Namespace:
+    """Megatron's args of the toy model with the TE-free flags and `extra`, validated by it."""
     from megatron.training.arguments import parse_args, validate_args
 
     saved = sys.argv
-    sys.argv = ["train.py", *MODEL_FLAGS, *TE_FREE_FLAGS]
+    sys.argv = ["train.py", *MODEL_FLAGS, *TE_FREE_FLAGS, *extra]
     try:
         args = parse_args()
     finally:
@@ -100,6 +99,12 @@ def megatron_args(parallel_state):
     validate_args(args)
     args.padded_vocab_size = VOCAB  # Megatron's tokenizer setup sets it; no tokenizer here
     return args
+
+
+@pytest.fixture(scope="module")
+def megatron_args(parallel_state):
+    """Megatron's args of the toy model with the TE-free flags, validated by Megatron."""
+    return _parsed()
 
 
 def _build(args, folder):
@@ -201,3 +206,61 @@ def test_the_spec_refuses_what_it_does_not_implement(megatron_args):
     with pytest.raises(ValueError, match="dense models only"):
         layer_spec(Namespace(**{**vars(megatron_args), "num_experts": 8}),
                    core_transformer_config_from_args(megatron_args))
+
+
+@pytest.mark.parametrize(("flags", "words"), [
+    (["--window-size", "16,0"], "not windowed"),
+    (["--softmax-type", "off-by-one"], "not off-by-one"),
+    (["--reset-attention-mask"], "--reset-attention-mask"),
+])
+def test_flags_the_spec_would_ignore_are_refused_when_it_is_built(parallel_state, flags, words):
+    """Each flag passes Megatron's own parser and validator and reaches its config, and the spec
+    refuses it instead of building a model that silently ignores it."""
+    from megatron.training.arguments import core_transformer_config_from_args
+
+    from evolving_rl.slime_bridge.megatron_spec import layer_spec
+
+    args = _parsed(*flags)
+    with pytest.raises(ValueError, match=f"cannot build this model: .*{words}"):
+        layer_spec(args, core_transformer_config_from_args(args))
+
+
+def test_zero_centred_norm_scales_are_refused(megatron_args):
+    """Megatron's parser has no flag for `layernorm_zero_centered_gamma` at this pin (checkpoint
+    args can carry it); its config builder takes it from the args."""
+    from megatron.training.arguments import core_transformer_config_from_args
+
+    from evolving_rl.slime_bridge.megatron_spec import layer_spec
+
+    args = Namespace(**{**vars(megatron_args), "layernorm_zero_centered_gamma": True})
+    config = core_transformer_config_from_args(args)
+    assert config.layernorm_zero_centered_gamma
+    with pytest.raises(ValueError, match="not zero-centred"):
+        layer_spec(args, config)
+
+
+def test_attention_dropout_under_tensor_parallelism_is_refused(megatron_args):
+    """Megatron draws attention dropout from its tensor-parallel RNG tracker (one stream per
+    partition of heads); the spec's SDPA dropout would not. One process cannot run TP 2, so the
+    config is built from the validated args with the two values changed."""
+    from megatron.training.arguments import core_transformer_config_from_args
+
+    from evolving_rl.slime_bridge.megatron_spec import layer_spec
+
+    def build(**changes):
+        args = Namespace(**{**vars(megatron_args), **changes})
+        return layer_spec(args, core_transformer_config_from_args(args))
+
+    build(attention_dropout=0.1)  # one partition: nothing to keep apart
+    build(tensor_model_parallel_size=2, sequence_parallel=True)  # no dropout
+    with pytest.raises(ValueError, match="tensor-parallel RNG"):
+        build(attention_dropout=0.1, tensor_model_parallel_size=2, sequence_parallel=True)
+
+
+def test_an_explicit_attention_mask_is_refused(loaded):
+    """slime passes no mask (its packed stream carries the boundaries); a mask the core attention
+    would silently replace by its own causal one is refused."""
+    tokens = _sequences()[0]
+    mask = torch.ones(1, 1, len(tokens), len(tokens), dtype=torch.bool).triu(1)
+    with torch.no_grad(), pytest.raises(ValueError, match="takes no attention mask"):
+        loaded(tokens[None], torch.arange(len(tokens))[None], mask)
