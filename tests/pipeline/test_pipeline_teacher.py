@@ -126,3 +126,50 @@ def test_teacher_is_refused_where_every_step_is_prompted_afresh():
                          "sampling": {"solver": {"temperature": 0.7}}})
     with pytest.raises(ConfigError, match="temperature"):
         asyncio.run(build_context(cold, policy=ScriptedPolicy(TOK), tokenizer=TOK))
+
+
+def _walkthroughs(root, games: dict[str, list[str] | None]) -> None:
+    """A game file per toy game holding only its walkthrough (None: a game without one)."""
+    for game, walkthrough in games.items():
+        (root / game).mkdir(parents=True)
+        (root / game / "game.tw-pddl").write_text(json.dumps({"walkthrough": walkthrough}))
+
+
+def _expert_config(tmp_path, **pipeline):
+    return parse_config({"pipeline": {"n_skills": 2, "top_k": 2, "n_repeats": 1, "max_steps": 4,
+                                      "max_context_tokens": 16384,
+                                      "skill_use": "teacher", "teacher_skill": "expert",
+                                      **pipeline},
+                         "alfworld": {"data_root": str(tmp_path / "games")}})
+
+
+def test_expert_cards_teach_each_student_its_own_tasks_card(tmp_path):
+    win = ["go to desk 1", "take mug 1 from desk 1"]  # the toy game is won by the second
+    _walkthroughs(tmp_path / "games", {f"game{i}": win for i in range(1, 6)} | {"game0": None})
+    # the good skill for the expert's trajectories, a bad one for the model's own attempts
+    cards = json.dumps(SKILLS["reference"].good)
+    policy = ScriptedPolicy(TOK, skill_responder([cards]))
+    ctx = fake_context(tmp_path, _expert_config(tmp_path, skill_format="reference"),
+                       policy=policy)
+    outcome = asyncio.run(run_training_rollout(ctx, toy_rows(3), rollout_id=1))
+    students = _students(outcome)
+    assert len(students) == 3 * 2  # 3 sources x K=2 retrieved tasks x R=1
+    taught = [s for s in students if s.teacher_log_probs is not None]
+    untaught = [s for s in students if s.teacher_log_probs is None]
+    # t0 has no walkthrough: its students (if retrieved) are scored with nothing
+    assert untaught and all(s.metadata["task_id"] == "t0" for s in untaught)
+    assert taught and all(s.metadata["teacher_skills"] == [-1] for s in taught)
+    assert policy.score_calls == len(taught)  # one card each, not the N candidates
+    for sample in taught:  # the good card holds "Skill" (+0.05): the teacher is that card's
+        expected = [(token_log_prob(t) + 0.05) if m else 0.0
+                    for t, m in zip(sample.response_ids, sample.loss_mask, strict=True)]
+        assert sample.teacher_log_probs == pytest.approx(expected)
+    assert outcome.metrics["teacher/students_scored"] == len(taught)
+
+
+def test_expert_cards_are_checked_at_load():
+    with pytest.raises(ConfigError, match="teacher_skill"):
+        parse_config({"pipeline": {"teacher_skill": "expert"}})
+    with pytest.raises(ConfigError, match="teacher_skill"):
+        parse_config({"pipeline": {"skill_use": "teacher", "teacher_skill": "expert",
+                                   "extractor_reward": "teach"}})

@@ -129,6 +129,11 @@ class PipelineConfig:
     # The extractor's reward: "downstream" (the reference) = the mean success of its skill's
     # episodes; "teach" (needs skill_use teacher) = what its skill teaches the no-skill student.
     extractor_reward: Literal["downstream", "teach"] = "downstream"
+    # Under skill_use teacher, the card(s) a student is scored with: "candidates" (ours, the
+    # default) = the source's N extracted skills; "expert" (an upper bound, not the method) = one
+    # card per retrieved task, extracted greedily from that task's own expert trajectory as the
+    # `expert_skill` evaluation protocol does (needs an adapter with expert demonstrations).
+    teacher_skill: Literal["candidates", "expert"] = "candidates"
 
     def validate(self) -> None:
         if self.skill_use == "teacher" and self.method != "evolving":
@@ -136,6 +141,11 @@ class PipelineConfig:
                               "no skills)")
         if self.extractor_reward == "teach" and self.skill_use != "teacher":
             raise ConfigError("extractor_reward", "teach needs skill_use: teacher")
+        if self.teacher_skill == "expert" and self.skill_use != "teacher":
+            raise ConfigError("teacher_skill", "expert needs skill_use: teacher")
+        if self.teacher_skill == "expert" and self.extractor_reward == "teach":
+            raise ConfigError("teacher_skill", "expert cards teach instead of the extracted "
+                              "skills: use extractor_reward: downstream")
 
 
 @dataclass(frozen=True)
@@ -156,6 +166,11 @@ class LossConfig:
     # β of the distillation term under pipeline.skill_use: teacher (slime's --opd-kl-coef):
     # a student token's advantage gains β * (teacher log-prob - sampled log-prob).
     distill_coef: float = bounded(1.0, ge=0.0)
+    # Local backend: 0 keeps β = distill_coef. k > 0: each of the first k steps with evidence
+    # sets β = target * mean |A| / mean |teacher - sampled| (`core.distill_scale`), and β stays at
+    # their median afterwards: the distillation term as large as a GRPO advantage, on average.
+    distill_calibration_steps: int = bounded(0, ge=0)
+    distill_calibration_target: float = bounded(1.0, gt=0.0)
 
     def validate(self) -> None:
         for role in ("solver", "extractor"):

@@ -53,6 +53,7 @@ from evolving_rl.clients.tokenizer import HFChatTokenizer
 from evolving_rl.config import ConfigError, to_dict
 from evolving_rl.config.schema import Config, LocalConfig
 from evolving_rl.domains.registry import domain_for
+from evolving_rl.local.distill_calibration import DistillCalibration
 from evolving_rl.local.engine import LocalPolicy
 from evolving_rl.local.metrics import MetricsLog, group_variance
 from evolving_rl.local.model import frozen_copy, load_model, load_tokenizer, resolve_model_path
@@ -160,14 +161,19 @@ async def _evaluate(ctx: PipelineContext, models: Models, log: MetricsLog, prepa
             for index, (protocol, metrics) in enumerate(zip(protocols, results, strict=True))]
 
 
-async def _train_step(ctx: PipelineContext, models: Models, cfg: Config, log: MetricsLog,
-                      rows: list[dict[str, Any]]) -> dict[str, Any]:
+async def _train_step(ctx: PipelineContext, models: Models, log: MetricsLog,
+                      rows: list[dict[str, Any]],
+                      calibration: DistillCalibration | None) -> dict[str, Any]:
     step = models.trainer.step_count + 1
     outcome = await run_training_rollout(ctx, rows, rollout_id=step, progress=True)
     generation = models.policy.take_stats()
+    scale: dict[str, float] = {}
+    if calibration is not None:
+        beta, scale = calibration.measure(outcome.samples)
+        models.trainer.set_distill_coef(beta)
     trained = await asyncio.to_thread(models.trainer.step, outcome.samples)
     models.policy.weights_changed()
-    record = {**outcome.metrics, **group_variance(outcome.metrics), **generation,
+    record = {**outcome.metrics, **scale, **group_variance(outcome.metrics), **generation,
               **{f"train/{k}": v for k, v in trained.as_dict().items() if k != "step"}}
     return log.write("train", trained.step, record)
 
@@ -179,6 +185,7 @@ async def train_and_evaluate(cfg: Config, models: Models, log: MetricsLog, resul
                               adapter=adapter, run_dir=result.run_dir, prepared=prepared)
     sources = [row.as_dict() for row in prepared.split(cfg.pipeline.retrieval_split)]
     rng = random.Random(cfg.run.seed)
+    calibration = DistillCalibration(cfg.loss) if cfg.pipeline.skill_use == "teacher" else None
     try:
         with timed(result, "eval_before"):
             result.before = await _evaluate(ctx, models, log, prepared, "before")
@@ -186,7 +193,7 @@ async def train_and_evaluate(cfg: Config, models: Models, log: MetricsLog, resul
             for _ in tqdm(range(cfg.local.train_steps), desc="training steps", unit="step"):
                 rows = rng.sample(sources, min(cfg.pipeline.source_tasks_per_rollout,
                                                len(sources)))
-                result.train.append(await _train_step(ctx, models, cfg, log, rows))
+                result.train.append(await _train_step(ctx, models, log, rows, calibration))
                 _maybe_checkpoint(cfg, models, result)
         with timed(result, "eval_after"):
             result.after = await _evaluate(ctx, models, log, prepared, "after")

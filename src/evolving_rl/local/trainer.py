@@ -39,7 +39,7 @@ import logging
 import random
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -382,6 +382,12 @@ class GRPOTrainer:
         metrics.duration_s = time.perf_counter() - started
         metrics.tokens_per_s = metrics.n_sequence_tokens / max(metrics.duration_s, 1e-9)
         return metrics
+
+    def set_distill_coef(self, beta: float) -> None:
+        """β of the distillation term from the next step on (`local.distill_calibration` module)."""
+        if not beta >= 0:
+            raise ValueError(f"distill_coef must be >= 0, got {beta}")
+        self.loss_cfg = replace(self.loss_cfg, distill_coef=beta)
 
     @property
     def offloaded(self) -> bool:

@@ -26,7 +26,7 @@ from evolving_rl.config.loader import ConfigError
 from evolving_rl.config.schema import Config, SamplingConfig
 from evolving_rl.core.audit import AuditConfig
 from evolving_rl.core.rewards import RewardSettings
-from evolving_rl.domains.base import EnvironmentAdapter, TaskSpec
+from evolving_rl.domains.base import EnvironmentAdapter, ExpertDemonstrations, TaskSpec
 from evolving_rl.domains.registry import domain_for
 from evolving_rl.pipeline.skill_library import SkillLibrary
 from evolving_rl.retrieval.prepared import (
@@ -125,8 +125,9 @@ def make_adapter(cfg: Config, lenient: bool = False) -> EnvironmentAdapter:
 
 
 def _check_teacher(cfg: Config, adapter: EnvironmentAdapter) -> None:
-    """The teacher switch needs a dialogue history and the solver sampled at temperature 1 (the
-    teacher's log-probs are the raw model's: SGLang scores input tokens unscaled)."""
+    """The teacher switch needs a dialogue history, the solver sampled at temperature 1 (the
+    teacher's log-probs are the raw model's: SGLang scores input tokens unscaled) and, for expert
+    cards, an adapter with expert trajectories."""
     if cfg.pipeline.skill_use != "teacher":
         return
     if adapter.step_prompts:
@@ -135,6 +136,9 @@ def _check_teacher(cfg: Config, adapter: EnvironmentAdapter) -> None:
     if cfg.sampling.solver.temperature != 1.0:
         raise ConfigError("sampling.solver.temperature", "must be 1.0 under pipeline.skill_use: "
                           "teacher (the teacher's log-probs are at temperature 1)")
+    if cfg.pipeline.teacher_skill == "expert" and not isinstance(adapter, ExpertDemonstrations):
+        raise ConfigError("pipeline.teacher_skill", f"expert needs expert trajectories; "
+                          f"{adapter.name} has none")
 
 
 async def build_context(cfg: Config, policy: PolicyClient | None = None,

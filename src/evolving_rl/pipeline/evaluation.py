@@ -48,15 +48,17 @@ from evolving_rl.domains.base import (
     EnvironmentAdapter,
     ExpertDemonstrations,
     TaskSpec,
-    Turn,
     WrittenSkills,
 )
 from evolving_rl.pipeline.context import PipelineContext
 from evolving_rl.pipeline.episode import EpisodeResult, play
 from evolving_rl.pipeline.eval_records import ArmRecord, CaseRecord, CaseStore
 from evolving_rl.pipeline.eval_report import summarize
-from evolving_rl.pipeline.expert import replay_expert
-from evolving_rl.pipeline.extraction import extract_skills
+from evolving_rl.pipeline.expert import (
+    NOTE_EXPERT_FAILED,
+    expert_card,
+)
+from evolving_rl.pipeline.extraction import greedy_card
 from evolving_rl.pipeline.progress import live_bar
 from evolving_rl.pipeline.similar_tasks import retrieve
 from evolving_rl.pipeline.skill_library import SkillLibrary, SkillRecord
@@ -76,9 +78,6 @@ class EvalProtocol(StrEnum):
 
 
 # `CaseRecord.skill_note` values (module docstring), counted by the report
-NOTE_NO_EXPERT = "no_expert_trajectory"
-NOTE_EXPERT_FAILED = "expert_replay_failed"
-NOTE_EXPERT_NOT_WON = "expert_not_won"
 NOTE_NO_WRITTEN_SKILL = "no_written_skill"
 NOTE_SOURCE_FAILED = "source_episode_failed"
 INFRA_NOTES = frozenset({NOTE_EXPERT_FAILED, NOTE_SOURCE_FAILED})
@@ -160,15 +159,6 @@ def _sources(adapter: EnvironmentAdapter, plan: EvalPlan) -> _Sources:
 _SkillOutcome = tuple[str | None, str | None]
 
 
-async def _extracted(ctx: PipelineContext, clock: IOClock, task: TaskSpec, turns: list[Turn],
-                     success: bool) -> str | None:
-    """The solver text of one greedy extraction from `turns`."""
-    (extraction,) = await extract_skills(
-        ctx, clock, task, turns, success, 1,
-        ctx.sampling(ctx.cfg.sampling.eval_extractor, solver=False))
-    return extraction.solver_text(ctx.cfg.pipeline.unusable_skills)
-
-
 def _library_card(record: SkillRecord | None) -> str | None:
     if record is None or record.skill is None:
         return None
@@ -182,19 +172,7 @@ async def _attempt_card(ctx: PipelineContext, clock: IOClock,
                         ctx.sampling(ctx.cfg.sampling.eval_solver, solver=True))
     if source.trace is None or source.score is None:
         return None, NOTE_SOURCE_FAILED
-    return await _extracted(ctx, clock, retrieved, source.trace.turns, source.success), None
-
-
-async def _expert_card(ctx: PipelineContext, clock: IOClock, expert: ExpertDemonstrations,
-                       retrieved: TaskSpec) -> _SkillOutcome:
-    commands = expert.expert_commands(retrieved)
-    if not commands:
-        return None, NOTE_NO_EXPERT
-    replay = await replay_expert(ctx, clock, expert, retrieved, commands)
-    if replay is None:
-        return None, NOTE_EXPERT_FAILED
-    card = await _extracted(ctx, clock, retrieved, replay.turns, replay.success)
-    return card, None if replay.success else NOTE_EXPERT_NOT_WON
+    return await greedy_card(ctx, clock, retrieved, source.trace.turns, source.success), None
 
 
 async def _skill_for(ctx: PipelineContext, clock: IOClock, task: TaskSpec,
@@ -207,7 +185,7 @@ async def _skill_for(ctx: PipelineContext, clock: IOClock, task: TaskSpec,
     if sources.library is not None:
         return _library_card(sources.library.get(retrieved.id)), None
     if sources.expert is not None:
-        return await _expert_card(ctx, clock, sources.expert, retrieved)
+        return await expert_card(ctx, clock, sources.expert, retrieved)
     return await _attempt_card(ctx, clock, retrieved)
 
 

@@ -9,6 +9,11 @@ admissible actions it was sent at, the model text a solver would have written to
 text, and the reward and info of the observation it led to. The replay stops when the
 environment says done; it succeeded when that last observation is won (score 1). An env
 failure ends it without a trajectory (logged).
+Also owns `expert_card`: the card extracted (`extraction.greedy_card`) from a task's replayed
+expert trajectory, with the success flag the replay ended with, and why there is none
+(`NOTE_NO_EXPERT`: no commands; `NOTE_EXPERT_FAILED`: the replay failed in the environment) or
+why it is weaker (`NOTE_EXPERT_NOT_WON`: extracted as failed). The `expert_skill` evaluation
+protocol and the teacher switch's expert cards (`pipeline.teacher_skill: expert`) both use it.
 """
 
 from __future__ import annotations
@@ -20,9 +25,15 @@ from dataclasses import dataclass
 from evolving_rl.domains.base import ExpertDemonstrations, Observation, TaskSpec, Turn
 from evolving_rl.pipeline.context import PipelineContext
 from evolving_rl.pipeline.episode import ENV_ERRORS, close_episode, reset_env
+from evolving_rl.pipeline.extraction import greedy_card
 from evolving_rl.pipeline.timing import IOClock
 
 logger = logging.getLogger(__name__)
+
+# Why an expert card is missing or extracted as failed (`CaseRecord.skill_note` values)
+NOTE_NO_EXPERT = "no_expert_trajectory"
+NOTE_EXPERT_FAILED = "expert_replay_failed"
+NOTE_EXPERT_NOT_WON = "expert_not_won"
 
 
 @dataclass(frozen=True)
@@ -66,3 +77,16 @@ async def replay_expert(ctx: PipelineContext, clock: IOClock, expert: ExpertDemo
             return None
         finally:
             await asyncio.shield(close_episode(ctx, clock, episode_id))
+
+
+async def expert_card(ctx: PipelineContext, clock: IOClock, expert: ExpertDemonstrations,
+                      task: TaskSpec) -> tuple[str | None, str | None]:
+    """(the card extracted from `task`'s expert replay or None, its note; module docstring)."""
+    commands = expert.expert_commands(task)
+    if not commands:
+        return None, NOTE_NO_EXPERT
+    replay = await replay_expert(ctx, clock, expert, task, commands)
+    if replay is None:
+        return None, NOTE_EXPERT_FAILED
+    card = await greedy_card(ctx, clock, task, replay.turns, replay.success)
+    return card, None if replay.success else NOTE_EXPERT_NOT_WON

@@ -1,10 +1,12 @@
 """Stage 2: N skill extractions from one source episode, parsed and audited by the core.
 
-Owns `Extraction` and `extract_skills`. The extractor prompt (adapter-rendered for the skill
-format `pipeline.skill_format`: task, trajectory, the true success flag, the schema) is
-tokenised once and sampled N times concurrently under the extraction semaphore; each output is
-parsed by `core.skill` in that format, rendered to its Markdown card, and the card text (what
-the solver will read, as in the reference) is audited by `core.audit`. A failed generation
+Owns `Extraction`, `extract_skills` and `greedy_card` (the solver text of one extraction at
+the evaluation's extractor sampling, `sampling.eval_extractor`). The extractor prompt
+(adapter-rendered for the skill format `pipeline.skill_format`: task, trajectory, the true
+success flag, the schema) is tokenised once and sampled N times concurrently under the
+extraction semaphore; each output is parsed by `core.skill` in that format, rendered to its
+Markdown card, and the card text (what the solver will read, as in the reference) is audited by
+`core.audit`. A failed generation
 becomes a status, never an exception. `Extraction.solver_text` is what the solver then reads,
 for usable skills and (`pipeline.unusable_skills: as_written`, the reference) unusable ones.
 """
@@ -114,3 +116,12 @@ async def extract_skills(ctx: PipelineContext, clock: IOClock, task: TaskSpec,
         prompt_ids = prompt_ids + ctx.tokenizer.encode_text(prefix)
     return list(await asyncio.gather(
         *(_extract_one(ctx, clock, n, prompt_ids, sampling) for n in range(n_skills))))
+
+
+async def greedy_card(ctx: PipelineContext, clock: IOClock, task: TaskSpec, turns: list[Turn],
+                      success: bool) -> str | None:
+    """The solver text of one extraction from `turns` at `sampling.eval_extractor`."""
+    (extraction,) = await extract_skills(
+        ctx, clock, task, turns, success, 1,
+        ctx.sampling(ctx.cfg.sampling.eval_extractor, solver=False))
+    return extraction.solver_text(ctx.cfg.pipeline.unusable_skills)

@@ -3,7 +3,9 @@
 Owns `play_students` (for every retrieved task of a source task, R no-skill student episodes,
 then each student's response scored with every candidate skill in its prompt as the skill-
 conditioned solver reads it (`Extraction.solver_text`, `pipeline.unusable_skills`): one `score`
-call of the policy per skill, no sampling), `attach_teacher` (a student's solver samples get the
+call of the policy per skill, no sampling; under `pipeline.teacher_skill: expert` instead one
+card per retrieved task, `expert.expert_card` of that task, under index `EXPERT_CARD`; a task
+without one scores its students with nothing), `attach_teacher` (a student's solver samples get the
 mean teacher of `core.teaching`; `assembly` puts them in the solver group of their task),
 `teach_evidence` (what each skill teaches: the extractor's reward under
 `pipeline.extractor_reward: teach`) and `teacher_metrics`.
@@ -15,18 +17,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import cast
 
 from evolving_rl.clients.policy import PolicyError, SamplingParams
 from evolving_rl.core.samples import TrainSample
 from evolving_rl.core.teaching import TeachEvidence, mean_log_ratio, mean_teacher
+from evolving_rl.domains.base import ExpertDemonstrations
 from evolving_rl.pipeline.context import PipelineContext
 from evolving_rl.pipeline.episode import EpisodeResult, play, solver_prompt_ids
+from evolving_rl.pipeline.expert import expert_card
 from evolving_rl.pipeline.timing import IOClock
 from evolving_rl.pipeline.units import SourceUnit, Student
 
-__all__ = ["attach_teacher", "play_students", "teach_evidence", "teacher_metrics"]
+__all__ = ["EXPERT_CARD", "attach_teacher", "play_students", "teach_evidence", "teacher_metrics"]
 
 logger = logging.getLogger(__name__)
+
+EXPERT_CARD = -1  # the skill index of a retrieved task's expert card (teacher_skill: expert)
 
 
 def _scorable(result: EpisodeResult) -> bool:
@@ -70,20 +77,40 @@ async def _teach(ctx: PipelineContext, clock: IOClock, student: Student,
             student.log_ratios[index] = mean_log_ratio(values, trace.log_probs, trace.loss_mask)
 
 
-async def play_students(ctx: PipelineContext, clock: IOClock, unit: SourceUnit, repeats: int,
-                        sampling: SamplingParams) -> list[Student]:
-    """R no-skill episodes per retrieved task, each scored with every skill the solver reads."""
-    plan = [(rank, repeat) for rank in range(len(unit.retrieved)) for repeat in range(repeats)]
-    results = await asyncio.gather(*(play(ctx, clock, unit.retrieved[rank], None, sampling)
-                                     for rank, _ in plan))
-    students = [Student(rank, repeat, result)
-                for (rank, repeat), result in zip(plan, results, strict=True)]
+async def _expert_cards(ctx: PipelineContext, clock: IOClock,
+                        unit: SourceUnit) -> list[dict[int, str]]:
+    expert = cast(ExpertDemonstrations, ctx.adapter)
+    found = await asyncio.gather(*(expert_card(ctx, clock, expert, task)
+                                   for task in unit.retrieved))
+    for task, (card, note) in zip(unit.retrieved, found, strict=True):
+        if card is None or note is not None:
+            logger.warning("expert card of %s: %s", task.id, note or "extraction failed")
+    return [{EXPERT_CARD: card} if card is not None else {} for card, _ in found]
+
+
+async def _cards_by_rank(ctx: PipelineContext, clock: IOClock,
+                         unit: SourceUnit) -> list[dict[int, str]]:
+    """Per retrieved task, the cards (by skill index) its students are scored with."""
+    if ctx.cfg.pipeline.teacher_skill == "expert":
+        return await _expert_cards(ctx, clock, unit)
     mode = ctx.cfg.pipeline.unusable_skills
     cards = {e.index: text for e in unit.extractions
              if (text := e.solver_text(mode)) is not None}
-    if cards:
-        await asyncio.gather(*(_teach(ctx, clock, s, cards, sampling.temperature)
-                               for s in students))
+    return [cards] * len(unit.retrieved)
+
+
+async def play_students(ctx: PipelineContext, clock: IOClock, unit: SourceUnit, repeats: int,
+                        sampling: SamplingParams) -> list[Student]:
+    """R no-skill episodes per retrieved task, each scored with every card it is taught with."""
+    plan = [(rank, repeat) for rank in range(len(unit.retrieved)) for repeat in range(repeats)]
+    results, cards = await asyncio.gather(
+        asyncio.gather(*(play(ctx, clock, unit.retrieved[rank], None, sampling)
+                         for rank, _ in plan)),
+        _cards_by_rank(ctx, clock, unit))
+    students = [Student(rank, repeat, result)
+                for (rank, repeat), result in zip(plan, results, strict=True)]
+    await asyncio.gather(*(_teach(ctx, clock, s, cards[s.rank], sampling.temperature)
+                           for s in students if cards[s.rank]))
     return students
 
 

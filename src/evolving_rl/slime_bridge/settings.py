@@ -186,6 +186,9 @@ def check_slime_args(args: Namespace, config: Config) -> None:
     if config.sampling.solver.top_p != config.sampling.extractor.top_p:
         problems.append("config sampling.solver and sampling.extractor top_p differ, but slime "
                         "checks and replays every sample's nucleus under the one --rollout-top-p")
+    if config.loss.distill_calibration_steps:
+        problems.append("config loss.distill_calibration_steps: the local backend's alone; "
+                        "slime's loss takes the fixed loss.distill_coef (set it to 0)")
     for name, expected, why in _expected_args(config):
         actual = getattr(args, name, None)
         if not _same(actual, expected):
