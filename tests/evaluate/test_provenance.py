@@ -154,3 +154,9 @@ def test_the_code_digest_reads_every_file_an_episode_can_read():
             for path in root.rglob("*") if path.is_file() and "__pycache__" not in path.parts
             and f"{root.name}/{path.relative_to(root).as_posix()}" not in names]
     assert all(name.startswith("local/notices/") for name in left), left
+
+
+def test_probe_rows_point_to_no_file():
+    cfg = parse_config({"environment": "probe"})
+    row = PreparedRow("p1", "q", "q", {"family": 0})
+    assert referenced_files(cfg, [row]) == []

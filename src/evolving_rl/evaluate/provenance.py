@@ -18,7 +18,7 @@ Owns `EvalKey` (five digests and `key`, the digest of the five) and `eval_key`:
             file of the trial folder `metadata.game` names under `alfworld.data_root` (the
             game, its traj_data.json); Mind2Web, the task file `metadata.source_file` names
             under `mind2web.data_root` (`REFERENCES`; the official test files are large and
-            are read whole, each run).
+            are read whole, each run); the probe, none (its tasks come from the seed).
   code      the content of the code that builds prompts, parses replies, runs protocols and
             plays the games (`code_digest`): every `*.py` and `*.json` file (the hand-written
             skill cards, domains/data/alfworld_written_skills.json, among them) of the
@@ -166,9 +166,10 @@ def _task_file(root: Path, source: str) -> list[Path]:
 
 
 # environment -> (the row's metadata field naming a path under its `data_root`, the files that
-# path stands for)
-REFERENCES: dict[str, tuple[str, Callable[[Path, str], list[Path]]]] = {
-    "alfworld": ("game", _trial_files), "mind2web": ("source_file", _task_file)}
+# path stands for); None: its rows point to no file (the probe's tasks are a function of the
+# seed and task id, both already in the key: the config and the prepared rows)
+REFERENCES: dict[str, tuple[str, Callable[[Path, str], list[Path]]] | None] = {
+    "alfworld": ("game", _trial_files), "mind2web": ("source_file", _task_file), "probe": None}
 
 
 def referenced_files(cfg: Config, rows: Iterable[PreparedRow]) -> list[tuple[str, Path]]:
@@ -177,7 +178,10 @@ def referenced_files(cfg: Config, rows: Iterable[PreparedRow]) -> list[tuple[str
     if cfg.environment not in REFERENCES:
         raise ValueError(f"the evaluation cache does not know which files {cfg.environment!r} "
                          "rows point to: add its rule to evaluate.provenance.REFERENCES")
-    field, files_of = REFERENCES[cfg.environment]
+    rule = REFERENCES[cfg.environment]
+    if rule is None:
+        return []
+    field, files_of = rule
     root = Path(getattr(cfg, cfg.environment).data_root)
     inside = root.resolve()
     found: set[Path] = set()
