@@ -31,7 +31,7 @@ from evolving_rl.clients.tokenizer import Message
 from evolving_rl.config.schema import AlfworldConfig, Config
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import SampleStatus, TrainSample
-from evolving_rl.core.skill import SkillFormat, skill_schema_text
+from evolving_rl.core.skill import SkillFormat
 from evolving_rl.domains.alfworld_actions import parse_alfworld_action
 from evolving_rl.domains.alfworld_expert import game_file, read_walkthrough
 from evolving_rl.domains.alfworld_written_skills import load_written_skills
@@ -45,7 +45,7 @@ from evolving_rl.domains.base import (
     Turn,
     whole_episode_sample,
 )
-from evolving_rl.domains.skill_prompt import reference_extractor_prompt
+from evolving_rl.domains.skill_prompt import compact_extractor_messages, reference_extractor_prompt
 
 TASK_PREFIX = "Your task is to:"
 MAX_RAW_COMMAND_CHARS = 200  # an unparseable reply is sent as-is, up to this length
@@ -173,12 +173,7 @@ class AlfworldAdapter:
         steps = "\n".join(
             f"Step {i}. Observation: {turn.observation.strip()}\nAction: {turn.action}"
             for i, turn in enumerate(turns))
-        outcome = "The agent SUCCEEDED." if success else "The agent FAILED."
-        user = (f"Task: {task.question}\n\nTrajectory:\n{steps or '(no steps)'}\n\n"
-                f"Outcome: {outcome}\n\n{skill_schema_text()}\n\n"
-                "Write the skill as one JSON object.")
-        return [{"role": "system", "content": EXTRACTOR_SYSTEM},
-                {"role": "user", "content": user}]
+        return compact_extractor_messages(EXTRACTOR_SYSTEM, task.question, steps, success)
 
     def pack(self, trace: EpisodeTrace, status: SampleStatus, reward: float | None,
              role: Role, group_id: str, metadata: dict[str, Any]) -> list[TrainSample]:

@@ -46,7 +46,7 @@ from evolving_rl.core.actions import ActionStatus
 from evolving_rl.core.rewards import solver_reward
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import SampleStatus, TrainSample
-from evolving_rl.core.skill import SkillFormat, skill_schema_text
+from evolving_rl.core.skill import SkillFormat
 from evolving_rl.domains.base import (
     ActionChoice,
     Domain,
@@ -67,6 +67,7 @@ from evolving_rl.domains.mind2web_metrics import (
     split_metrics,
 )
 from evolving_rl.domains.mind2web_skill_prompt import reference_extractor_prompt
+from evolving_rl.domains.skill_prompt import compact_extractor_messages
 
 TASK_PREFIX = "Your task is to:"
 MODES = ("train", "eval")
@@ -257,11 +258,7 @@ class Mind2WebAdapter:
         if skill_format is SkillFormat.REFERENCE:
             return [{"role": "user",
                      "content": reference_extractor_prompt(task.question, trajectory, success)}]
-        outcome = "The agent SUCCEEDED." if success else "The agent FAILED."
-        user = (f"Task: {task.question}\n\nTrajectory:\n{trajectory}\n\nOutcome: {outcome}\n\n"
-                f"{skill_schema_text()}\n\nWrite the skill as one JSON object.")
-        return [{"role": "system", "content": EXTRACTOR_SYSTEM},
-                {"role": "user", "content": user}]
+        return compact_extractor_messages(EXTRACTOR_SYSTEM, task.question, trajectory, success)
 
     def pack(self, trace: EpisodeTrace, status: SampleStatus, reward: float | None,
              role: Role, group_id: str, metadata: dict[str, Any]) -> list[TrainSample]:

@@ -28,7 +28,7 @@ from evolving_rl.config.schema import Config
 from evolving_rl.core.actions import ActionStatus, extract_action
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import SampleStatus, TrainSample
-from evolving_rl.core.skill import SkillFormat, skill_schema_text
+from evolving_rl.core.skill import SkillFormat
 from evolving_rl.domains.base import (
     ActionChoice,
     Domain,
@@ -40,7 +40,7 @@ from evolving_rl.domains.base import (
     task_from_row,
     whole_episode_sample,
 )
-from evolving_rl.domains.skill_prompt import reference_extractor_prompt
+from evolving_rl.domains.skill_prompt import compact_extractor_messages, reference_extractor_prompt
 
 TASK_PREFIX = "Your task is to:"
 MAX_COMMAND_CHARS = 64  # a reply that names no answer is sent as written, up to this length
@@ -127,11 +127,7 @@ class ProbeAdapter:
         if skill_format is SkillFormat.REFERENCE:
             return [{"role": "user",
                      "content": reference_extractor_prompt(task.question, trajectory, success)}]
-        outcome = "The agent SUCCEEDED." if success else "The agent FAILED."
-        user = (f"Task: {task.question}\n\nTrajectory:\n{trajectory}\n\nOutcome: {outcome}\n\n"
-                f"{skill_schema_text()}\n\nWrite the skill as one JSON object.")
-        return [{"role": "system", "content": EXTRACTOR_SYSTEM},
-                {"role": "user", "content": user}]
+        return compact_extractor_messages(EXTRACTOR_SYSTEM, task.question, trajectory, success)
 
     def pack(self, trace: EpisodeTrace, status: SampleStatus, reward: float | None,
              role: Role, group_id: str, metadata: dict[str, Any]) -> list[TrainSample]:

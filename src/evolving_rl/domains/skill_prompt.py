@@ -1,5 +1,7 @@
 """The extractor prompt of the reference skill format, in the paper's wording: ALFWorld's as is,
-and the text every other environment edits into its own (`mind2web_skill_prompt`).
+and the text every other environment edits into its own (`mind2web_skill_prompt`); and the
+compact format's prompt every environment shares (`compact_extractor_messages`: its own system
+text, then task, trajectory, outcome and the compact schema).
 
 Owns `reference_extractor_prompt(question, trajectory, success)`: the reference's single user
 message (Fanzy27/Evolving-RL src/alfworld/prompts.py `format_extractor_messages`, :255-290):
@@ -14,6 +16,8 @@ reference's own layout, so the example parses and validates as a reference skill
 from __future__ import annotations
 
 import json
+
+from evolving_rl.core.skill import skill_schema_text
 
 SCHEMA_EXAMPLE = {
     "name": "string, kebab-case",
@@ -159,3 +163,13 @@ def reference_extractor_prompt(question: str, trajectory: str, success: bool,
     return (f"Task: {question}\n\nAgent's Trajectory:\n<<<BEGIN_TRAJECTORY>>>\n{trajectory}\n"
             f"<<<END_TRAJECTORY>>>\n\nTrue Environment Success: {success}\n\n{EVIDENCE_NOTE}"
             f"Use the following extraction guidance and output requirements:\n\n{guidance}")
+
+
+def compact_extractor_messages(system: str, question: str, trajectory: str,
+                               success: bool) -> list[dict[str, str]]:
+    """The compact format's extractor messages: `system`, then one user message."""
+    outcome = "The agent SUCCEEDED." if success else "The agent FAILED."
+    user = (f"Task: {question}\n\nTrajectory:\n{trajectory or '(no steps)'}\n\n"
+            f"Outcome: {outcome}\n\n{skill_schema_text()}\n\n"
+            "Write the skill as one JSON object.")
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
