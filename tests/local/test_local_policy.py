@@ -181,15 +181,15 @@ def test_prefix_reuse_gives_the_same_generations(tokenizer):
 def test_prefix_cache_keeps_the_longest_and_evicts_oldest():
     cache = PrefixCache(capacity=2, min_tokens=2)
     kv = [(torch.zeros(1, 9, 2), torch.zeros(1, 9, 2))]
-    cache.store([1, 2, 3, 4], [(k[:, :4], v[:, :4]) for k, v in kv])
-    cache.store([1, 2, 3, 4, 5, 6], [(k[:, :6], v[:, :6]) for k, v in kv])
+    cache.store([1, 2, 3, 4], [(k[:, :4], v[:, :4]) for k, v in kv], cache.epoch)
+    cache.store([1, 2, 3, 4, 5, 6], [(k[:, :6], v[:, :6]) for k, v in kv], cache.epoch)
     assert len(cache) == 1  # the shorter entry was a prefix: superseded
     n, reused = cache.lookup([1, 2, 3, 4, 5, 9, 9])
     assert n == 5 and reused[0][0].shape == (1, 5, 2)
     assert cache.lookup([1, 2, 3, 4, 5, 6])[0] == 5  # at least one token left to encode
     assert cache.lookup([7, 7, 7])[0] == 0
-    cache.store([8, 8, 8], [(k[:, :3], v[:, :3]) for k, v in kv])
-    cache.store([9, 9, 9], [(k[:, :3], v[:, :3]) for k, v in kv])
+    cache.store([8, 8, 8], [(k[:, :3], v[:, :3]) for k, v in kv], cache.epoch)
+    cache.store([9, 9, 9], [(k[:, :3], v[:, :3]) for k, v in kv], cache.epoch)
     assert len(cache) == 2 and cache.lookup([1, 2, 3, 4, 0])[0] == 0  # oldest evicted
 
 
@@ -224,3 +224,49 @@ def test_no_reuse_after_the_weights_changed(tokenizer):
     policy.weights_changed()
     policy.generate_batch([_continue(prompt, first, [3])], [GREEDY])
     assert policy.prefixes.hits == 0
+
+
+@pytest.mark.parametrize("backend", ["dynamic", "static"])
+def test_a_row_admitted_before_the_weights_changed_stores_nothing(tokenizer, backend):
+    """A row still decoding when the weights change holds KV of the old weights: on finishing it
+    stores nothing, and a later prompt extending it reuses nothing."""
+    policy = _policy(tokenizer, prefix_cache_entries=8, decode_backend=backend,
+                     static_cache_tokens=128)
+    prompt = list(range(2, 22))
+    results: dict = {}
+    decoder = policy.make_decoder(results.__setitem__)
+    decoder.admit([(0, prompt, GREEDY)])
+    policy.weights_changed()
+    while len(decoder):
+        decoder.step()
+    assert len(policy.prefixes) == 0 and policy.prefixes.stale_stores == 1
+    policy.generate_batch([_continue(prompt, results[0], [3])], [GREEDY])
+    assert policy.prefixes.hits == 0
+
+
+def test_a_clear_from_another_thread_waits_for_a_store(monkeypatch):
+    """`weights_changed` runs on the caller's thread while the engine thread stores: the clear
+    waits for the store to finish (it used to empty the entries mid-store: a KeyError that
+    killed the engine thread), and the entry stored under the old epoch goes with it."""
+    import threading
+
+    import numpy as np
+
+    from evolving_rl.local.engine import kv_cache
+
+    cache = PrefixCache(capacity=4, min_tokens=2)
+    kv = [(torch.zeros(1, 9, 2), torch.zeros(1, 9, 2))]
+    cache.store([1, 2, 3], [(k[:, :3], v[:, :3]) for k, v in kv], cache.epoch)
+    clearing = threading.Thread(target=cache.clear)
+    real_equal = np.array_equal
+
+    def equal_then_clear(a, b):  # the other thread clears while this one is inside the store
+        if not clearing.is_alive() and cache.epoch == 0:
+            clearing.start()
+            clearing.join(timeout=0.5)
+        return real_equal(a, b)
+
+    monkeypatch.setattr(kv_cache.np, "array_equal", equal_then_clear)
+    cache.store([1, 2, 3, 4], [(k[:, :4], v[:, :4]) for k, v in kv], cache.epoch)
+    clearing.join()
+    assert cache.epoch == 1 and len(cache) == 0

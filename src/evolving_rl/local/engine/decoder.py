@@ -70,6 +70,7 @@ class Row:
     ids: list[int]
     log_probs: list[float]
     slot: int = -1  # its slot in a static decoder's KV cache
+    epoch: int = 0  # the prefix cache's epoch at admission: the weights its KV is computed with
 
 
 Done = Callable[[Any, Generation], None]
@@ -142,7 +143,7 @@ class Decoder:
         kv = [(keys[k][:, keep], values[k][:, keep]) for keys, values in layers]
         ids = row.prompt + row.ids[:-1]
         if kv and kv[0][0].shape[1] == len(ids):
-            self.prefixes.store(ids, kv)
+            self.prefixes.store(ids, kv, row.epoch)
 
     def _prefill(self, prompts: Sequence[list[int]]) -> tuple[Any, Prefill, GrowingCache]:
         """One forward over `prompts` (stored prefixes reused): output, inputs, KV cache."""
@@ -155,7 +156,7 @@ class Decoder:
                              **{self.cache_name: cache})
         return out, inputs, cache
 
-    def _warm_shared_prefixes(self, prompts: Sequence[list[int]]) -> None:
+    def _warm_shared_prefixes(self, prompts: Sequence[list[int]], epoch: int) -> None:
         """Encode once, and store, the prefixes that several of `prompts` share."""
         if self.prefixes is None or len(prompts) < 2:
             return
@@ -168,7 +169,7 @@ class Decoder:
         for k, prefix in enumerate(shared):
             keep = inputs.attention_mask[k].bool()
             self.prefixes.store(prefix, [(keys[k][:, keep], values[k][:, keep])
-                                         for keys, values in layers])
+                                         for keys, values in layers], epoch)
         self.stats.shared_prefix_tokens += sum(len(p) for p in shared)
 
     @torch.inference_mode()
@@ -177,9 +178,11 @@ class Decoder:
         started = time.perf_counter()
         ensure_eval(self.model)
         prompts = [prompt for _, prompt, _ in requests]
-        self._warm_shared_prefixes(prompts)
+        epoch = self.prefixes.epoch if self.prefixes is not None else 0  # before any lookup
+        self._warm_shared_prefixes(prompts, epoch)
         out, inputs, cache = self._prefill(prompts)
-        rows = [Row(key, list(prompt), sampling, [], []) for key, prompt, sampling in requests]
+        rows = [Row(key, list(prompt), sampling, [], [], epoch=epoch)
+                for key, prompt, sampling in requests]
         tokens, keep = self._sample(out.logits[:, -1, :], rows)
         self._retire(rows, keep, cache_layers(cache), inputs.attention_mask)
         if keep:

@@ -16,10 +16,16 @@ position it had (or would have had) in a plain left-padded batch. Entries are an
 `capacity`; an entry that is a prefix of a newly stored one is dropped (superseded). Only for
 models whose every layer is full attention (no sliding window), since a sliding-window layer
 does not keep the whole prefix.
+
+The cache is shared by two threads: the engine thread looks up and stores, the caller clears it
+after an optimiser step (`LocalPolicy.weights_changed`). A lock makes each operation whole, and
+`epoch` (incremented by every clear) tags what a store was computed under: a row admitted before
+the weights changed stores nothing afterwards, since its KV belongs to the old weights.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -57,15 +63,20 @@ class PrefixCache:
         self.min_tokens = min_tokens
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
         self._next = 0
+        self._lock = threading.Lock()
+        self.epoch = 0  # clears so far: the weights' version the entries were computed with
         self.hits = 0
         self.reused_tokens = 0
+        self.stale_stores = 0  # stores dropped because the weights changed since their admission
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def clear(self) -> None:
-        """Drop every entry (stored KV is stale once the weights change)."""
-        self._entries.clear()
+        """Drop every entry and start a new epoch (stored KV is stale once the weights change)."""
+        with self._lock:
+            self._entries.clear()
+            self.epoch += 1
 
     def _best(self, tokens: Sequence[int], limit: int) -> tuple[int | None, int]:
         """(entry key, n) of the longest stored common prefix of `tokens`, n <= `limit`."""
@@ -79,30 +90,37 @@ class PrefixCache:
 
     def stored_length(self, tokens: Sequence[int]) -> int:
         """How many leading tokens of `tokens` have stored KV (no side effects)."""
-        return self._best(tokens, len(tokens))[1]
+        with self._lock:
+            return self._best(tokens, len(tokens))[1]
 
     def lookup(self, prompt: Sequence[int]) -> tuple[int, LayerKV | None]:
         """(n, kv of the first n tokens) of the longest stored common prefix; n < len(prompt)."""
-        best_key, best_n = self._best(prompt, len(prompt) - 1)
-        if best_key is None or best_n < self.min_tokens:
-            return 0, None
-        self._entries.move_to_end(best_key)
-        self.hits += 1
-        self.reused_tokens += best_n
-        kv = self._entries[best_key].kv
+        with self._lock:
+            best_key, best_n = self._best(prompt, len(prompt) - 1)
+            if best_key is None or best_n < self.min_tokens:
+                return 0, None
+            self._entries.move_to_end(best_key)
+            self.hits += 1
+            self.reused_tokens += best_n
+            kv = self._entries[best_key].kv
         return best_n, [(k[:, :best_n], v[:, :best_n]) for k, v in kv]
 
-    def store(self, ids: Sequence[int], kv: LayerKV) -> None:
+    def store(self, ids: Sequence[int], kv: LayerKV, epoch: int) -> None:
+        """Keep `kv` of `ids`, computed with the weights of `epoch` (dropped if not current)."""
         if self.capacity <= 0 or len(ids) < self.min_tokens:
             return
         new = np.asarray(ids, dtype=np.int64)
-        for key in [k for k, e in self._entries.items()
-                    if len(e.ids) <= len(new) and np.array_equal(e.ids, new[:len(e.ids)])]:
-            del self._entries[key]
-        self._entries[self._next] = _Entry(new, kv)
-        self._next += 1
-        while len(self._entries) > self.capacity:
-            self._entries.popitem(last=False)
+        with self._lock:
+            if epoch != self.epoch:
+                self.stale_stores += 1
+                return
+            for key in [k for k, e in self._entries.items()
+                        if len(e.ids) <= len(new) and np.array_equal(e.ids, new[:len(e.ids)])]:
+                del self._entries[key]
+            self._entries[self._next] = _Entry(new, kv)
+            self._next += 1
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
 
 
 def _common_length(a: np.ndarray, b: np.ndarray, limit: int) -> int:

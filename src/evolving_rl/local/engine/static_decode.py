@@ -98,7 +98,7 @@ class StaticDecoder(Decoder):
             for row, kv in zip(rows, self.engine.cache.rows_kv(
                     self.engine.device_index(slots), [_cached(row) for row in rows]),
                     strict=True):
-                self.prefixes.store(row.prompt + row.ids[:-1], kv)
+                self.prefixes.store(row.prompt + row.ids[:-1], kv, row.epoch)
         self.engine.release(self.engine.device_index(slots))
         for slot in slots:
             heapq.heappush(self.free_slots, slot)
