@@ -94,6 +94,9 @@ RUNS = (
             (r"pick_and_place_simple: random admissible policy wins \d+/1 \(\d+\.\d%\) in 3 steps;"
              r" \d+\.\d admissible commands per step; walkthrough \d+\.\d commands",
              r"all types: random admissible policy wins \d+/[1-9]\d* ")),
+    TinyRun("packed_attention", (),
+            (r"packed attention, fwd\+bwd ms per layer \(cpu, heads 4/2",
+             r"1 x 256 +\d+\.\d\d +- +- +- +\d+\.\d\d", r"mixed +\d+\.\d\d")),
     TinyRun("probe_mechanism", (),
             (r"\| 1 \| [-+]\d\.\d\d \| \d+% \| \d+/\d+ \| \d+% \| \d+% \|",
              r"eval after \(reference, \d+ held-out tasks\): without card \d+%, with card")),

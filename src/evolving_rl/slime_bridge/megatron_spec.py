@@ -35,7 +35,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.packed_seq_params import PackedSeqParams
@@ -48,6 +47,8 @@ from megatron.core.transformer.module import MegatronModule
 from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.transformer_config import TransformerConfig
 from megatron.core.transformer.transformer_layer import TransformerLayer, TransformerLayerSubmodules
+
+from evolving_rl.slime_bridge import packed_attention
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -109,21 +110,13 @@ class PackedSdpaAttention(MegatronModule):
         return out.permute(2, 0, 1, 3).reshape(query.shape[0], query.shape[1], -1)
 
     def _packed(self, query, key, value, cu_seqlens: torch.Tensor) -> torch.Tensor:
-        bounds = cu_seqlens.tolist()
-        outs = []
-        for start, end in zip(bounds[:-1], bounds[1:], strict=True):
-            # [t, h, d] -> [1, h, t, d]
-            q, k, v = (t[start:end].transpose(0, 1).unsqueeze(0) for t in (query, key, value))
-            outs.append(self._sdpa(q, k, v)[0].transpose(0, 1))
-        tail = query.shape[0] - bounds[-1]  # tokens past the last boundary attend to nothing
-        if tail:
-            outs.append(query.new_zeros(tail, *query.shape[1:]))
-        return torch.cat(outs).reshape(query.shape[0], -1)
+        return packed_attention.per_sequence(
+            query, key, value, cu_seqlens, scale=self.scale,
+            dropout_p=self.dropout if self.training else 0.0)
 
     def _sdpa(self, q, k, v) -> torch.Tensor:
-        return F.scaled_dot_product_attention(
-            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True,
-            scale=self.scale, enable_gqa=q.shape[1] != k.shape[1])
+        return packed_attention.sdpa_causal(
+            q, k, v, scale=self.scale, dropout_p=self.dropout if self.training else 0.0)
 
 
 def unsupported(args, config: TransformerConfig) -> list[str]:
