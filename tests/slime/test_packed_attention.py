@@ -105,3 +105,22 @@ def test_varlen_refuses_a_scale_the_older_signature_cannot_take(monkeypatch):
     q, k, v = _stream(sum(LENGTHS))
     with pytest.raises(ValueError, match="no scale"):
         packed_attention.varlen(q, k, v, _bounds(LENGTHS), scale=0.3)
+
+
+def test_attend_takes_varlen_only_where_it_was_measured_faster_and_can_run(monkeypatch):
+    monkeypatch.setattr(packed_attention, "varlen_available", lambda: True)
+    n = packed_attention.VARLEN_MIN_SEQUENCES
+    assert packed_attention.varlen_pays(n, 0.0, "cuda", torch.bfloat16)
+    assert not packed_attention.varlen_pays(n - 1, 0.0, "cuda", torch.bfloat16)  # 2 x 4096: 0.68x
+    assert not packed_attention.varlen_pays(n, 0.1, "cuda", torch.bfloat16)  # no dropout there
+    assert not packed_attention.varlen_pays(n, 0.0, "cpu", torch.bfloat16)
+    assert not packed_attention.varlen_pays(n, 0.0, "cuda", torch.float32)
+    monkeypatch.setattr(packed_attention, "varlen_available", lambda: False)
+    assert not packed_attention.varlen_pays(n, 0.0, "cuda", torch.bfloat16)
+
+
+def test_attend_on_cpu_is_the_loop():
+    q, k, v = _stream(sum(LENGTHS))
+    torch.testing.assert_close(
+        packed_attention.attend(q, k, v, _bounds(LENGTHS), scale=0.3, max_len=max(LENGTHS)),
+        packed_attention.per_sequence(q, k, v, _bounds(LENGTHS), scale=0.3))

@@ -9,14 +9,42 @@ Two ways to compute it:
   kernel) over the whole stream. CUDA, half precision, no dropout; its keyword for causality
   moved between torch releases (`is_causal` in 2.10, `window_size=(-1, 0)` later), and a release
   without `enable_gqa` gets its grouped key/value heads repeated.
+
+`attend` picks between them by what was measured (benchmarks/packed_attention.py, one H200,
+Qwen2.5-7B's attention shape, 8192 tokens, forward + backward a layer; docs/results/
+2026-12-05-packed-attention-7b.md): one varlen call is 5.6x faster than the loop over 32
+sequences of 256 tokens, 1.9x over 8 of 1024 and 1.4x over six of mixed lengths, while the loop
+is 1.5x faster over 2 of 4096. So `varlen` from VARLEN_MIN_SEQUENCES sequences on, where it can
+run; `per_sequence` otherwise.
 """
 
 from __future__ import annotations
 
 import inspect
+from typing import Final
 
 import torch
 import torch.nn.functional as F
+
+#: From this many sequences in a stream on, one varlen call beats the loop (measured loop /
+#: varlen: 0.68x at 2 sequences, 1.4x at 6, 1.9x at 8).
+VARLEN_MIN_SEQUENCES: Final = 4
+
+
+def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_seqlens: torch.Tensor,
+           *, scale: float, dropout_p: float = 0.0, max_len: int | None = None) -> torch.Tensor:
+    """The packed stream's causal attention, [t, heads, dim] -> [t, heads * dim], by the faster
+    of the two ways that can compute it (the module docstring says which when)."""
+    if varlen_pays(cu_seqlens.numel() - 1, dropout_p, query.device.type, query.dtype):
+        return varlen(query, key, value, cu_seqlens, scale=scale, max_len=max_len)
+    return per_sequence(query, key, value, cu_seqlens, scale=scale, dropout_p=dropout_p)
+
+
+def varlen_pays(n_sequences: int, dropout_p: float, device_type: str, dtype: torch.dtype) -> bool:
+    """Whether `attend` takes the varlen call: it can run (CUDA, half precision, no dropout,
+    a torch that has it) and the stream has enough sequences for it to be the faster."""
+    return (n_sequences >= VARLEN_MIN_SEQUENCES and dropout_p == 0.0 and device_type == "cuda"
+            and dtype in (torch.bfloat16, torch.float16) and varlen_available())
 
 
 def sdpa_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float,
@@ -60,8 +88,7 @@ def varlen(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
 
     params = inspect.signature(varlen_attn).parameters
     bounds = cu_seqlens.to(device=query.device, dtype=torch.int32)
-    if max_len is None:
-        max_len = int((bounds[1:] - bounds[:-1]).max())
+    max_len = int((bounds[1:] - bounds[:-1]).max()) if max_len is None else int(max_len)
     end = int(bounds[-1])
     q, k, v = query[:end], key[:end], value[:end]
     kwargs: dict[str, object] = {}
