@@ -3,7 +3,7 @@
 
 import pytest
 
-from evolving_rl.core.distill_scale import calibrated_beta, measure_scale
+from evolving_rl.core.distill_scale import calibrated_beta, measure_scale, quantiles
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import TrainSample
 
@@ -47,3 +47,23 @@ def test_target_must_be_positive_and_the_median_needs_a_value():
     with pytest.raises(ValueError, match="no measured"):
         calibrated_beta([])
     assert calibrated_beta([30.0, 10.0, 200.0]) == 30.0
+
+
+def test_the_log_ratios_are_summarised_as_a_distribution():
+    """Signed quantiles and the share of tokens where teacher and student differ: a mean of
+    about 0 from many agreeing tokens and from a few strongly disagreeing ones look alike."""
+    old = [-1.0] * 10
+    few_strong = [-1.0] * 9 + [-3.0]             # one token 2 nats less likely with the card
+    many_small = [-1.2] * 10                     # every token 0.2 nats less likely
+    strong = measure_scale([_sample(Role.SOLVER, 1.0, old, few_strong)])
+    small = measure_scale([_sample(Role.SOLVER, 1.0, old, many_small)])
+    assert strong.mean_abs_log_ratio == pytest.approx(small.mean_abs_log_ratio)  # same mean
+    assert strong.share_differs == pytest.approx(0.1) and small.share_differs == 1.0
+    assert strong.log_ratio_quantiles == pytest.approx((-2.0, -2.0, 0.0, 0.0, 0.0))
+    assert small.log_ratio_quantiles == pytest.approx((-0.2,) * 5)
+    assert measure_scale([_sample(Role.SOLVER, 1.0, old)]).log_ratio_quantiles == ()
+
+
+def test_quantiles_are_nearest_rank():
+    values = [5.0, 1.0, 3.0, 2.0, 4.0]
+    assert quantiles(values, (0.0, 0.2, 0.5, 0.9, 1.0)) == (1.0, 1.0, 3.0, 5.0, 5.0)

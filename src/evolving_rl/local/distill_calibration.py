@@ -17,7 +17,7 @@ import logging
 from collections.abc import Sequence
 
 from evolving_rl.config.schema import LossConfig
-from evolving_rl.core.distill_scale import calibrated_beta, measure_scale
+from evolving_rl.core.distill_scale import LOG_RATIO_QUANTILES, calibrated_beta, measure_scale
 from evolving_rl.core.samples import TrainSample
 
 logger = logging.getLogger(__name__)
@@ -51,7 +51,10 @@ class DistillCalibration:
         metrics = {"teacher/beta": self.beta(),
                    "teacher/mean_abs_advantage": scale.mean_abs_advantage,
                    "teacher/mean_abs_log_ratio": scale.mean_abs_log_ratio,
-                   "teacher/scale_tokens": float(scale.student_tokens)}
+                   "teacher/scale_tokens": float(scale.student_tokens),
+                   "teacher/share_differs": scale.share_differs}
+        metrics.update({f"teacher/log_ratio_p{round(q * 100):02d}": value for q, value in zip(
+            LOG_RATIO_QUANTILES, scale.log_ratio_quantiles, strict=False)})
         if scale.beta is not None:
             metrics["teacher/measured_beta"] = scale.beta
         return self.beta(), metrics
