@@ -25,7 +25,6 @@ from typing import Final
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import TrainSample
 
-
 #: The quantiles of the step's signed log-ratios (teacher - sampled, per student token) logged.
 LOG_RATIO_QUANTILES: Final = (0.01, 0.1, 0.5, 0.9, 0.99)
 #: |teacher - sampled| above this many nats a token: the teacher differs from the student there.
