@@ -244,3 +244,22 @@ def test_a_run_that_cannot_start_stops_the_comparison_with_nothing_moved(tmp_pat
     message = caplog.records[-1].getMessage()
     assert message.startswith("evolving seed 0: the run did not start")
     assert "local.device: 'cuda' but" in message
+
+
+def test_a_run_evaluated_only_without_skills_is_reported(tmp_path):
+    """`eval_protocols_after: [no_skill]` (as the teacher runs): its arm is the without-skill
+    number, so the run counts as finished; a reference record, where present, comes first."""
+    MetricsLog.in_run_dir(tmp_path / "t").write("eval", 8, {
+        "phase": "after", "protocol": "no_skill", "eval/all/without_skill_wins": 3,
+        "eval/all/without_skill_scored": 144, "eval/all/without_skill_success_mean": 3 / 144})
+    MetricsLog.in_run_dir(tmp_path / "r").write("eval", 8, {
+        "phase": "after", "protocol": "written_skill", "eval/all/without_skill_success_mean": 0.9})
+    _log_wins(tmp_path / "r", {"without_skill": (6, 48)})  # reference: recorded no protocol
+    summary, _ = aggregate([("evolving", 0, tmp_path / "t"), ("grpo_baseline", 0, tmp_path / "r")],
+                           PANELS)
+    assert summary["methods"]["evolving"]["finished"] == 1
+    rows = {(r["method"], r["arm"]): r for r in summary["pooled_after"]}
+    assert (rows[("evolving", "without_skill")]["wins"],
+            rows[("evolving", "without_skill")]["episodes"]) == (3, 144)
+    after = summary["methods"]["grpo_baseline"]["held_out"]["after/without_skill"]
+    assert after["mean"] == pytest.approx(6 / 48)  # not the written_skill record's 0.9

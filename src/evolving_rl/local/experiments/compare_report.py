@@ -98,11 +98,21 @@ def series(records: Sequence[Mapping[str, Any]], key: str) -> dict[int, float]:
             if r.get("kind") == "train" and r.get(key) is not None}
 
 
+#: Protocols whose records this report reads, in order of preference: the reference protocol
+#: (runs that recorded no protocol ran only it), else `no_skill`, whose one arm is the reference
+#: protocol's without-skill arm (the same games, no skill).
+REPORTED_PROTOCOLS = ("reference", "no_skill")
+
+
 def _eval_record(records: Sequence[Mapping[str, Any]], phase: str) -> Mapping[str, Any]:
-    """The held-out evaluation record of `phase` ("before" / "after") under the reference
-    protocol (runs that recorded no protocol ran only it); empty when absent."""
-    return next((r for r in records if r.get("kind") == "eval" and r.get("phase") == phase
-                 and r.get("protocol", "reference") == "reference"), {})
+    """The held-out evaluation record of `phase` ("before" / "after") under the first of
+    REPORTED_PROTOCOLS the run evaluated; empty when absent."""
+    evals = [r for r in records if r.get("kind") == "eval" and r.get("phase") == phase]
+    for protocol in REPORTED_PROTOCOLS:
+        found = next((r for r in evals if r.get("protocol", "reference") == protocol), None)
+        if found is not None:
+            return found
+    return {}
 
 
 def held_out(records: Sequence[Mapping[str, Any]], phase: str, arm: str) -> float | None:
