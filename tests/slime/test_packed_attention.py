@@ -124,3 +124,21 @@ def test_attend_on_cpu_is_the_loop():
     torch.testing.assert_close(
         packed_attention.attend(q, k, v, _bounds(LENGTHS), scale=0.3, max_len=max(LENGTHS)),
         packed_attention.per_sequence(q, k, v, _bounds(LENGTHS), scale=0.3))
+
+
+def test_varlen_gets_a_unit_stride_in_the_head_dimension(monkeypatch):
+    import torch.nn.attention.varlen as varlen_module
+
+    fake = _fake_varlen(True, [])
+
+    def strict(query, key, value, *args, **kwargs):
+        assert all(t.stride(-1) == 1 for t in (query, key, value)), "Flash needs stride 1"
+        return fake(query, key, value, *args, **kwargs)
+
+    monkeypatch.setattr(varlen_module, "varlen_attn", strict)
+    q, k, v = _stream(sum(LENGTHS))
+    q_strided = q.transpose(1, 2).contiguous().transpose(1, 2)  # same values, stride(-1) != 1
+    assert q_strided.stride(-1) != 1
+    torch.testing.assert_close(
+        packed_attention.varlen(q_strided, k, v, _bounds(LENGTHS), scale=DIM ** -0.5),
+        packed_attention.per_sequence(q, k, v, _bounds(LENGTHS), scale=DIM ** -0.5))

@@ -90,7 +90,8 @@ def varlen(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     bounds = cu_seqlens.to(device=query.device, dtype=torch.int32)
     max_len = int((bounds[1:] - bounds[:-1]).max()) if max_len is None else int(max_len)
     end = int(bounds[-1])
-    q, k, v = query[:end], key[:end], value[:end]
+    # Flash Attention reads rows with a unit stride in the head dimension, nothing else
+    q, k, v = (t[:end] if t.stride(-1) == 1 else t[:end].contiguous() for t in (query, key, value))
     kwargs: dict[str, object] = {}
     if "scale" in params:
         kwargs["scale"] = scale
