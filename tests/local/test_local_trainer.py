@@ -215,3 +215,23 @@ def test_a_non_finite_gradient_skips_the_update_and_the_next_step_applies(loss_c
     assert all(torch.isfinite(p).all() for p in model.parameters())
     assert any(not torch.equal(a, p.detach()) for a, p in zip(before, model.parameters(),
                                                               strict=True))
+
+
+def test_the_step_reports_its_largest_log_ratio_and_a_skip_names_it(loss_cfg, local_cfg, batch,
+                                                                    caplog):
+    """`max_log_ratio` is the PPO ratio's largest exponent (new - old log-prob). Past ~88 it
+    overflows float32: a token with a positive advantage then gives a finite loss and a NaN
+    gradient, and the skipped step's warning says how large the exponent was."""
+    trainer = _trainer(loss_cfg, local_cfg)
+    calm = trainer.step(batch)
+    assert 0 < calm.max_log_ratio < 20  # the samples' old log-probs are about -4
+    first = batch[0]  # a solver sample with advantage +1
+    token = first.loss_mask.index(1)
+    old = list(first.log_probs)
+    old[token] = -200.0  # a sampler log-prob far below the trainer's
+    poisoned = [dataclasses.replace(first, log_probs=old), *batch[1:]]
+    with caplog.at_level("WARNING", logger="evolving_rl.local.trainer"):
+        metrics = trainer.step(poisoned)
+    assert metrics.max_log_ratio > 150
+    assert metrics.skipped and math.isfinite(metrics.loss)
+    assert "largest new - old log-prob of a trained token" in caplog.text

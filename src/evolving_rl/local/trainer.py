@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import random
 import time
 from collections.abc import Iterator, Sequence
@@ -247,6 +248,10 @@ class StepMetrics:
     # (docs/design.md §4.6), and the student tokens' count.
     distill_kl: float = 0.0
     teacher_tokens: int = 0
+    # The largest log-prob gain new - old over the trained tokens: the PPO ratio's exponent. Over
+    # ~88 its exp overflows float32, and a token with a positive advantage then gives a finite
+    # loss with a NaN gradient (the clipped branch wins, 0 x inf in the other).
+    max_log_ratio: float = 0.0
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -314,6 +319,7 @@ class GRPOTrainer:
         sums = {name: 0.0 for name in ("loss", *TERMS)}
         role_sums = {role.value: [0.0, 0] for role in ROLES}  # [kl sum, tokens]
         distill = [0.0, 0]  # [reverse KL sum, teacher tokens]
+        peak = -math.inf  # the largest new - old log-prob over the trained tokens
         for batch in _with_progress(batches, enabled=backward):
             ref = None
             if self.uses_kl:
@@ -335,6 +341,8 @@ class GRPOTrainer:
                     (terms.loss.sum() / total).backward()
             for name in sums:
                 sums[name] += float(getattr(terms, name).detach().sum())
+            if batch.n_tokens:
+                peak = max(peak, float((log_probs.detach() - batch.old_log_probs).max()))
             if batch.distill_coef is not None:
                 distill[0] += float(terms.reverse_kl.detach().sum())
                 distill[1] += int((batch.distill_coef != 0).sum())
@@ -346,6 +354,7 @@ class GRPOTrainer:
         means.update({f"kl/{role}": kl / max(n, 1) for role, (kl, n) in role_sums.items()})
         means.update({f"tokens/{role}": n for role, (_, n) in role_sums.items()})
         means["distill_kl"], means["tokens/teacher"] = distill[0] / max(total, 1), distill[1]
+        means["max_log_ratio"] = peak if peak != -math.inf else 0.0
         return means
 
     def evaluate_loss(self, samples: Sequence[TrainSample]) -> dict[str, float]:
@@ -371,7 +380,9 @@ class GRPOTrainer:
         metrics.skipped = not bool(torch.isfinite(grad_norm))
         if metrics.skipped:
             logger.warning("step %d: gradient norm %s is not finite: update skipped, the "
-                           "weights are unchanged", self.step_count, float(grad_norm))
+                           "weights are unchanged (largest new - old log-prob of a trained "
+                           "token: %.4g)", self.step_count, float(grad_norm),
+                           means["max_log_ratio"])
         self.model.eval()
         for name in ("loss", *TERMS):
             setattr(metrics, name, means[name])
@@ -379,6 +390,7 @@ class GRPOTrainer:
         metrics.role_kl = {role.value: means[f"kl/{role.value}"] for role in ROLES}
         metrics.role_tokens = {role.value: int(means[f"tokens/{role.value}"]) for role in ROLES}
         metrics.distill_kl, metrics.teacher_tokens = means["distill_kl"], means["tokens/teacher"]
+        metrics.max_log_ratio = means["max_log_ratio"]
         metrics.duration_s = time.perf_counter() - started
         metrics.tokens_per_s = metrics.n_sequence_tokens / max(metrics.duration_s, 1e-9)
         return metrics
