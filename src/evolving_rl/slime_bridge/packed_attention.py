@@ -20,7 +20,9 @@ run; `per_sequence` otherwise.
 
 from __future__ import annotations
 
+import functools
 import inspect
+from collections.abc import Callable
 from typing import Final
 
 import torch
@@ -70,8 +72,10 @@ def per_sequence(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     return torch.cat(outs).reshape(query.shape[0], -1)
 
 
+@functools.cache
 def varlen_available() -> bool:
-    """Whether this torch has `torch.nn.attention.varlen.varlen_attn` and a CUDA device."""
+    """Whether this torch has `torch.nn.attention.varlen.varlen_attn` and a CUDA device (asked
+    once: `attend` runs once a layer)."""
     try:
         from torch.nn.attention.varlen import varlen_attn  # noqa: F401
     except ImportError:
@@ -86,21 +90,13 @@ def varlen(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     sync when given."""
     from torch.nn.attention.varlen import varlen_attn
 
-    params = inspect.signature(varlen_attn).parameters
     bounds = cu_seqlens.to(device=query.device, dtype=torch.int32)
     max_len = int((bounds[1:] - bounds[:-1]).max()) if max_len is None else int(max_len)
     end = int(bounds[-1])
     # Flash Attention reads rows with a unit stride in the head dimension, nothing else
     q, k, v = (t[:end] if t.stride(-1) == 1 else t[:end].contiguous() for t in (query, key, value))
-    kwargs: dict[str, object] = {}
-    if "scale" in params:
-        kwargs["scale"] = scale
-    elif abs(scale - query.shape[-1] ** -0.5) > 1e-12:
-        raise ValueError("this torch's varlen_attn takes no scale; only 1/sqrt(dim) is supported")
-    if "is_causal" in params:
-        kwargs["is_causal"] = True
-    else:
-        kwargs["window_size"] = (-1, 0)
+    params = _keywords(varlen_attn)
+    kwargs = _causal_kwargs(params, scale, query.shape[-1])
     if k.shape[1] != q.shape[1]:
         if "enable_gqa" in params:
             kwargs["enable_gqa"] = True
@@ -113,3 +109,20 @@ def varlen(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     if tail:
         out = torch.cat([out, out.new_zeros(tail, out.shape[1])])
     return out
+
+
+@functools.cache
+def _keywords(fn: Callable) -> frozenset[str]:
+    """The parameter names of `fn`, read once per function (`varlen` runs once a layer)."""
+    return frozenset(inspect.signature(fn).parameters)
+
+
+def _causal_kwargs(params: frozenset[str], scale: float, dim: int) -> dict[str, object]:
+    """`varlen_attn`'s keywords for a causal mask and `scale` in this torch's signature."""
+    kwargs: dict[str, object] = {"is_causal": True} if "is_causal" in params else {
+        "window_size": (-1, 0)}
+    if "scale" in params:
+        kwargs["scale"] = scale
+    elif abs(scale - dim ** -0.5) > 1e-12:
+        raise ValueError("this torch's varlen_attn takes no scale; only 1/sqrt(dim) is supported")
+    return kwargs
