@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import math
 import random
 import time
 from collections.abc import Iterator, Sequence
@@ -319,7 +318,7 @@ class GRPOTrainer:
         sums = {name: 0.0 for name in ("loss", *TERMS)}
         role_sums = {role.value: [0.0, 0] for role in ROLES}  # [kl sum, tokens]
         distill = [0.0, 0]  # [reverse KL sum, teacher tokens]
-        peak = -math.inf  # the largest new - old log-prob over the trained tokens
+        peak: torch.Tensor | None = None  # the largest new - old log-prob (one sync, at the end)
         for batch in _with_progress(batches, enabled=backward):
             ref = None
             if self.uses_kl:
@@ -342,7 +341,8 @@ class GRPOTrainer:
             for name in sums:
                 sums[name] += float(getattr(terms, name).detach().sum())
             if batch.n_tokens:
-                peak = max(peak, float((log_probs.detach() - batch.old_log_probs).max()))
+                gap = (log_probs.detach() - batch.old_log_probs).max()
+                peak = gap if peak is None else torch.maximum(peak, gap)
             if batch.distill_coef is not None:
                 distill[0] += float(terms.reverse_kl.detach().sum())
                 distill[1] += int((batch.distill_coef != 0).sum())
@@ -354,7 +354,7 @@ class GRPOTrainer:
         means.update({f"kl/{role}": kl / max(n, 1) for role, (kl, n) in role_sums.items()})
         means.update({f"tokens/{role}": n for role, (_, n) in role_sums.items()})
         means["distill_kl"], means["tokens/teacher"] = distill[0] / max(total, 1), distill[1]
-        means["max_log_ratio"] = peak if peak != -math.inf else 0.0
+        means["max_log_ratio"] = float(peak) if peak is not None else 0.0
         return means
 
     def evaluate_loss(self, samples: Sequence[TrainSample]) -> dict[str, float]:
