@@ -2,17 +2,23 @@
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.probe_mechanism
         [--config configs/probe_hidden_cpu.yaml] [--methods evolving,grpo_baseline,teacher]
-        [--steps 30] [--out runs/probe_mechanism] [--set section.key=value ...] [--tiny]
+        [--seeds 0] [--parallel 1] [--steps 30] [--out runs/probe_mechanism]
+        [--set section.key=value ...] [--tiny]
 
-Runs the main job (`python -m evolving_rl.local`) once per method on the hidden probe, each in
-its own folder with its own free ports (`evolving` and `grpo_baseline` are `pipeline.method`;
-`teacher` is `evolving` with `pipeline.skill_use: teacher`), then reads what each wrote and
-prints, per training step and role: the extractor's reward, the share of its generations that
-parsed, the share of cards that state the family's answer (its digit, and no other answer's, in
-the skill text the extractor wrote; the answer from `env.probe.tasks`), and the solver's success
-without a card (source episodes; every episode of the baseline) and with one (downstream
-episodes); then the held-out evaluation before and after training (the `reference` protocol:
-a card extracted from another task of the test task's family, with and without it). The full
+Runs the main job (`python -m evolving_rl.local`) once per method and seed (`run.seed`) on the
+hidden probe, each in its own folder (`<out>/<method>` for one seed, `<out>/<method>-s<seed>`
+for several) with its own free ports, `--parallel` of them at once (`evolving` and
+`grpo_baseline` are `pipeline.method`; `teacher` is `evolving` with `pipeline.skill_use:
+teacher`), then reads what each wrote and prints, per training step and role: the extractor's
+reward, the share of its generations that parsed, the share of cards that state the family's
+answer (its digit, and no other answer's, in the skill text the extractor wrote; the answer
+from `evolving_rl.domains.probe_tasks`), and the solver's success without a card (source
+episodes; every episode of the baseline) and with one (downstream episodes); then the held-out
+evaluations before and after training (`local.eval_protocols_*`: the `reference` protocol, a
+card extracted from another task of the test task's family, with and without it; the
+`written_skill` protocol, the family's hand-written card). Last, per method, the held-out wins
+pooled over seeds before and after, with and without a card, with two-sided Fisher tests
+(after vs before; each method's after against `grpo_baseline`'s; `core.stats`). The full
 method works when cards come to state the answer and the solver's success with a card rises
 above chance while the baseline's stays there; the first of these numbers that stays at zero is
 the link that breaks. `--tiny` (the test suite's smoke run): one method, one step.
@@ -30,8 +36,9 @@ from typing import Any
 
 from benchmarks.cli import parse_with_tiny
 from env.launch import free_port
-from env.probe.tasks import task_for
 from evolving_rl.config import load_config
+from evolving_rl.core.stats import Pooled, fisher_or_none, pool
+from evolving_rl.domains.probe_tasks import task_for
 
 logger = logging.getLogger(__name__)
 
@@ -42,11 +49,12 @@ METHODS = {"evolving": ("pipeline.method=evolving",),
 TINY = {"methods": "evolving", "steps": 1}
 
 
-def run_method(config: str, method: str, steps: int, out: Path, sets: list[str]) -> Path:
-    """One main job of `method` in `out/<method>`; the run folder."""
-    folder = out / method
+def job_command(config: str, method: str, seed: int | None, steps: int, folder: Path,
+                sets: list[str]) -> list[str]:
+    """The main job of `method` (and `seed`, when given) writing into `folder`."""
     port = free_port()
-    overrides = [*METHODS[method], *sets, f"local.train_steps={steps}",
+    seeded = [] if seed is None else [f"run.seed={seed}"]
+    overrides = [*METHODS[method], *sets, *seeded, f"local.train_steps={steps}",
                  f"probe.port={port}", f"retrieval.port={free_port(exclude=[port])}",
                  f"probe.log_dir={folder / 'logs'}", f"retrieval.log_dir={folder / 'logs'}",
                  f"probe.prepared_dir={folder / 'prepared'}",
@@ -55,11 +63,31 @@ def run_method(config: str, method: str, steps: int, out: Path, sets: list[str])
     command = [sys.executable, "-m", "evolving_rl.local", "--config", config]
     for item in overrides:
         command += ["--set", item]
-    logger.info("%s: %s", method, " ".join(command))
-    folder.mkdir(parents=True, exist_ok=True)
-    with (folder / "job.log").open("w") as log:
-        subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True)
-    return folder / "run"
+    return command
+
+
+def run_jobs(config: str, jobs: list[tuple[str, int | None]], steps: int, out: Path,
+             sets: list[str], parallel: int) -> dict[tuple[str, int | None], Path]:
+    """Every (method, seed) job, `parallel` at a time; their run folders. Ports are taken
+    when a job starts, so two running jobs never share one."""
+    runs: dict[tuple[str, int | None], Path] = {}
+    pending = list(jobs)
+    running: list[tuple[subprocess.Popen[bytes], str]] = []
+    while pending or running:
+        while pending and len(running) < parallel:
+            method, seed = pending.pop(0)
+            folder = out / (method if seed is None else f"{method}-s{seed}")
+            folder.mkdir(parents=True, exist_ok=True)
+            command = job_command(config, method, seed, steps, folder, sets)
+            logger.info("%s: %s", folder.name, " ".join(command))
+            with (folder / "job.log").open("w") as log:
+                running.append((subprocess.Popen(command, cwd=ROOT, stdout=log,
+                                                 stderr=subprocess.STDOUT), folder.name))
+            runs[(method, seed)] = folder / "run"
+        process, name = running.pop(0)
+        if process.wait() != 0:
+            raise RuntimeError(f"{name} failed (exit {process.returncode}); see its job.log")
+    return runs
 
 
 def states_answer(text: str, answer: int, n_answers: int) -> bool:
@@ -112,10 +140,61 @@ def step_rows(run: Path, shares: dict[str, tuple[int, int]]) -> list[str]:
     return rows
 
 
+def held_out(run: Path) -> dict[tuple[str, str, str], Pooled]:
+    """(phase, protocol, arm) -> held-out wins of the run's evaluations."""
+    out = {}
+    for line in (run / "metrics.jsonl").open():
+        record = json.loads(line)
+        if record["kind"] != "eval":
+            continue
+        for arm in ("with_skill", "without_skill"):
+            wins = record.get(f"eval/all/{arm}_wins")
+            scored = record.get(f"eval/all/{arm}_scored")
+            if wins is not None and scored:
+                out[(record["phase"], record["protocol"], arm)] = Pooled(int(wins), int(scored))
+    return out
+
+
+def _cell(pooled: Pooled | None) -> str:
+    return "-" if pooled is None else f"{pooled.wins}/{pooled.episodes} ({100 * pooled.rate:.0f}%)"
+
+
+def _p(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2g}"
+
+
+def pooled_rows(runs: dict[tuple[str, int | None], Path]) -> list[str]:
+    """Per method, protocol and arm: held-out wins pooled over seeds, before and after, and the
+    Fisher tests (after vs before; after vs grpo_baseline's after)."""
+    counts = {key: held_out(run) for key, run in runs.items()}
+    methods = list(dict.fromkeys(method for method, _ in runs))
+    cells = sorted({(protocol, arm) for found in counts.values() for _, protocol, arm in found})
+
+    def pooled(method: str, phase: str, protocol: str, arm: str) -> Pooled | None:
+        return pool(found.get((phase, protocol, arm)) for (m, _), found in counts.items()
+                    if m == method)
+
+    rows = ["| method | seeds | protocol | arm | before | after | p (after vs before) "
+            "| p (vs grpo_baseline after) |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for method in methods:
+        seeds = ",".join(str(seed) for m, seed in runs if m == method and seed is not None)
+        for protocol, arm in cells:
+            before = pooled(method, "before", protocol, arm)
+            after = pooled(method, "after", protocol, arm)
+            versus = None if method == "grpo_baseline" else fisher_or_none(
+                after, pooled("grpo_baseline", "after", protocol, arm))
+            rows.append(f"| {method} | {seeds or '-'} | {protocol} | {arm} | {_cell(before)} | "
+                        f"{_cell(after)} | {_p(fisher_or_none(after, before))} | {_p(versus)} |")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/probe_hidden_cpu.yaml")
     parser.add_argument("--methods", default="evolving,grpo_baseline,teacher")
+    parser.add_argument("--seeds", default="", help="comma-separated run.seed values "
+                        "(default: the config's seed)")
+    parser.add_argument("--parallel", type=int, default=1, help="jobs at once")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--out", default="runs/probe_mechanism")
     parser.add_argument("--set", dest="sets", action="append", default=[])
@@ -124,10 +203,15 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out)
     if args.tiny:
         out = out / "tiny"
-    for method in args.methods.split(","):
-        run = run_method(args.config, method, args.steps, out, args.sets)
-        print(f"\n{method} ({args.config}, {args.steps} steps; {run}):")
+    seeds: list[int | None] = [int(s) for s in args.seeds.split(",") if s] or [None]
+    jobs = [(method, seed) for method in args.methods.split(",") for seed in seeds]
+    runs = run_jobs(args.config, jobs, args.steps, out, args.sets, max(1, args.parallel))
+    for (method, seed), run in runs.items():
+        label = method if seed is None else f"{method}, seed {seed}"
+        print(f"\n{label} ({args.config}, {args.steps} steps; {run}):")
         print("\n".join(step_rows(run, card_shares(run, args.config, args.sets))))
+    print("\nHeld-out wins pooled over seeds:\n")
+    print("\n".join(pooled_rows(runs)))
 
 
 if __name__ == "__main__":

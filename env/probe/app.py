@@ -20,9 +20,9 @@ from typing import Any
 from flask import Flask, Response, jsonify
 
 from env.episodes import EpisodeTable
-from env.probe.tasks import ProbeTask, task_for
 from env.wire import WireError, json_app, read_json_object, string_field
 from evolving_rl.config.schema import ProbeConfig
+from evolving_rl.domains.probe_tasks import ProbeTask, task_for
 
 MAX_ID_CHARS = 64
 MAX_ACTION_CHARS = 256

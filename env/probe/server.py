@@ -5,7 +5,7 @@
 Owns process life: `<log_dir>/server.pid` is written once listening and removed at exit, a
 housekeeping thread evicts idle episodes, SIGTERM stops cleanly with the requests in flight
 answered first (`env.http_server.Server.serve`). Tasks are generated per request from the seed
-(`env.probe.tasks`), so there is nothing to load.
+(`evolving_rl.domains.probe_tasks`), so there is nothing to load.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from env.launch import add_config_arguments, config_from_args, serving
 from env.probe import launch
-from env.probe.tasks import SPLITS, split_rows
 from evolving_rl.config import Config
+from evolving_rl.domains.probe_tasks import SPLITS, split_rows
 
 logger = logging.getLogger(__name__)
 

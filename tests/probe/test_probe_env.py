@@ -8,6 +8,7 @@ import asyncio
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import aiohttp
@@ -17,12 +18,13 @@ import requests
 from env.launch import free_port, read_pid
 from env.probe.server import pid_file
 from env.probe.service import prepare_data
-from env.probe.tasks import make_task, split_rows, task_for
 from evolving_rl.clients.env import EnvClient
 from evolving_rl.config import Config, parse_config
 from evolving_rl.config.schema import ProbeConfig
 from evolving_rl.core.actions import ActionStatus
+from evolving_rl.domains.base import Turn, WrittenSkills
 from evolving_rl.domains.probe import ProbeAdapter, choose_answer
+from evolving_rl.domains.probe_tasks import family_answers, make_task, split_rows, task_for
 from evolving_rl.domains.registry import domain_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,6 +66,44 @@ def test_hidden_families_share_an_answer_that_only_feedback_reveals():
     assert f"answer is {task.answer}" in task.feedback("9")
     row = json.dumps(split_rows(HIDDEN, "train"))
     assert "answer\"" not in row and "winning answer is" not in row
+
+
+@pytest.mark.parametrize("families, answers", [(16, 4), (8, 2), (6, 4)])
+def test_balanced_family_answers_give_each_answer_its_share(families, answers):
+    cfg = ProbeConfig(kind="hidden", n_families=families, n_answers=answers, train_tasks=64,
+                      valid_tasks=64, family_answers="balanced", seed=1)
+    for split in ("train", "valid"):
+        by_family = {t.family: t.answer for t in (make_task(cfg, split, i) for i in range(64))}
+        counts = Counter(by_family.values())
+        assert len(by_family) == families and set(counts) == set(range(1, answers + 1))
+        assert max(counts.values()) - min(counts.values()) <= 1
+    other_seed = ProbeConfig(**{**cfg.__dict__, "seed": 2})
+    assert family_answers(other_seed) != family_answers(cfg)
+
+
+def test_written_cards_state_each_familys_answer_or_a_wrong_one():
+    rows = split_rows(HIDDEN, "valid") + split_rows(HIDDEN, "train")
+    for card in ("correct", "wrong"):
+        cfg = ProbeConfig(**{**HIDDEN.__dict__, "written_card": card})
+        adapter = ProbeAdapter(cfg=cfg)
+        assert isinstance(adapter, WrittenSkills)
+        cards = adapter.written_skill_cards()
+        assert len(cards) == 2 * HIDDEN.n_families
+        for row in rows:
+            task = adapter.task_from_row(row)
+            truth = task_for(HIDDEN, task.id)
+            stated = truth.answer if card == "correct" else truth.answer % 4 + 1
+            text = cards[adapter.written_skill_key(task)]
+            assert f"the {truth.family_name} family is {stated}: reply <action>{stated}<" in text
+    assert ProbeAdapter(cfg=ProbeConfig()).written_skill_cards() == {}  # stated: none
+
+
+def test_an_episode_measure_is_the_answer_sent():
+    adapter = ProbeAdapter()
+    turn = Turn(observation="Answers: 1, 2.", model_text="<action>2</action>", action="2",
+                action_status="ok")
+    assert adapter.episode_measures([turn]) == {"chosen": "2"}
+    assert adapter.episode_measures([]) == {}
 
 
 def test_prepared_splits_are_rows_every_reader_takes(tmp_path):

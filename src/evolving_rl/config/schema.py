@@ -346,6 +346,14 @@ class ProbeConfig(EpisodeServerSettings):
     n_families: int = bounded(8, ge=1)
     train_tasks: int = bounded(64, ge=1)
     valid_tasks: int = bounded(32, ge=1)
+    # Hidden kind: "drawn", each family's answer a hash of seed and family; "balanced", the
+    # families of a split take the answers in turn, so that each answer wins its share 1/M of
+    # the tasks (drawn, one digit can win 37.5% of 16 families; our switch, for the no-information
+    # bar: a solver that always answers one digit is at 1/M).
+    family_answers: Literal["drawn", "balanced"] = "drawn"
+    # The evaluation protocol `written_skill` gives each task the hand-written card of its family:
+    # "correct" states the family's answer, "wrong" states another (does the solver follow it).
+    written_card: Literal["correct", "wrong"] = "correct"
     # Every answer and every task text is a function of this seed and the task id.
     seed: int = 0
 

@@ -196,6 +196,9 @@ class AlfworldAdapter:
     def written_skill_cards(self) -> Mapping[str, str]:
         return load_written_skills()
 
+    def written_skill_key(self, task: TaskSpec) -> str:
+        return task.task_type
+
     def episode_measures(self, turns: Sequence[Turn]) -> dict[str, Any]:
         return {}
 

@@ -227,11 +227,15 @@ class ExpertDemonstrations(Protocol):
 @runtime_checkable
 class WrittenSkills(Protocol):
     """Optional adapter capability (evaluation protocol `written_skill`): hand-written skill
-    cards by task type."""
+    cards, each for a kind of task (ALFWorld: a task type; the probe: a family)."""
 
     def written_skill_cards(self) -> Mapping[str, str]:
-        """Task type -> its rendered skill card, every card validated (a bad file raises
-        `ValueError` naming the task type)."""
+        """Card key -> its rendered skill card, every card validated (a bad file raises
+        `ValueError` naming the key)."""
+        ...
+
+    def written_skill_key(self, task: TaskSpec) -> str:
+        """The key of the card `task` gets."""
         ...
 
 

@@ -15,6 +15,10 @@ scored 1.0 when it won.
   other reply is sent as written (the server counts it a wrong answer) and counted by status.
 - Extractor prompt: the task, the observation, the reply and the feedback, in either skill
   format (the compact one, or the reference prompt of `skill_prompt`).
+- Hand-written cards (`WrittenSkills`, evaluation protocol `written_skill`), hidden kind: one
+  per family, a compact skill card that states the family's answer (`probe.written_card:
+  correct`) or another one (`wrong`), from the task generator (`probe_tasks`); the stated kind
+  has none.
 """
 
 from __future__ import annotations
@@ -24,11 +28,12 @@ from typing import Any
 
 from evolving_rl.clients.env import EnvClient
 from evolving_rl.clients.tokenizer import Message
-from evolving_rl.config.schema import Config
+from evolving_rl.config.schema import Config, ProbeConfig
 from evolving_rl.core.actions import ActionStatus, extract_action
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import SampleStatus, TrainSample
-from evolving_rl.core.skill import SkillFormat
+from evolving_rl.core.skill import SkillFormat, render_skill_card
+from evolving_rl.core.skill_compact import Skill
 from evolving_rl.domains.base import (
     ActionChoice,
     Domain,
@@ -40,6 +45,7 @@ from evolving_rl.domains.base import (
     task_from_row,
     whole_episode_sample,
 )
+from evolving_rl.domains.probe_tasks import family_answers
 from evolving_rl.domains.skill_prompt import compact_extractor_messages, reference_extractor_prompt
 
 TASK_PREFIX = "Your task is to:"
@@ -86,8 +92,9 @@ class ProbeAdapter:
     stop = ("</action>",)
     step_prompts = False
 
-    def __init__(self, lenient: bool = True) -> None:
+    def __init__(self, lenient: bool = True, cfg: ProbeConfig | None = None) -> None:
         self.lenient = lenient
+        self.cfg = cfg if cfg is not None else ProbeConfig()
 
     def task_from_row(self, row: Mapping[str, Any]) -> TaskSpec:
         return task_from_row(row, "probe")
@@ -136,16 +143,35 @@ class ProbeAdapter:
     def for_evaluation(self) -> ProbeAdapter:
         return self
 
+    def written_skill_cards(self) -> Mapping[str, str]:
+        wrong = self.cfg.written_card == "wrong"
+        return {family: written_card(family, answer, self.cfg.n_answers, wrong)
+                for family, answer in family_answers(self.cfg).items()}
+
+    def written_skill_key(self, task: TaskSpec) -> str:
+        return str(task.metadata.get("family", ""))
+
     def episode_measures(self, turns: Sequence[Turn]) -> dict[str, Any]:
-        return {}
+        """The answer the episode sent (whether the solver followed a card; no metric)."""
+        return {"chosen": turns[-1].action} if turns else {}
 
     def eval_metrics(self, episodes: Sequence[Mapping[str, Any]]) -> dict[str, float]:
         """None beyond success: a probe task is won or not."""
         return {}
 
 
+def written_card(family: str, answer: int, n_answers: int, wrong: bool = False) -> str:
+    """The rendered card of `family`: its answer, or (`wrong`) the next answer instead."""
+    stated = answer % n_answers + 1 if wrong else answer
+    return render_skill_card(Skill(
+        name=f"The {family} family's answer",
+        applicable_when=f"The task asks for the winning answer of the {family} family.",
+        steps=(f"The winning answer of the {family} family is {stated}: "
+               f"reply <action>{stated}</action>.",)))
+
+
 def make_probe_adapter(cfg: Config, lenient: bool) -> ProbeAdapter:
-    return ProbeAdapter(lenient=lenient)
+    return ProbeAdapter(lenient=lenient, cfg=cfg.probe)
 
 
 def probe_url(cfg: Config) -> str:

@@ -21,7 +21,8 @@
                   `NOTE_EXPERT_FAILED`); a replay that did not win is extracted as failed
                   (`NOTE_EXPERT_NOT_WON`);
   written_skill   no retrieval: the skill is the hand-written card of the test task's own type
-                  (its adapter's `WrittenSkills`; none for the type: `NOTE_NO_WRITTEN_SKILL`),
+                  (its adapter's `WrittenSkills`: ALFWorld's by task type, the probe's by family;
+                  none for the type: `NOTE_NO_WRITTEN_SKILL`),
                   the ceiling of the skill pipeline (can the solver use a correct skill at all).
 A protocol whose capability the adapter lacks fails at startup (`check_supported`). A skill
 that could not be obtained for an infrastructure reason — the retrieved task's source episode
@@ -39,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, cast
 
 from evolving_rl.core.skill import render_skill_card, validate_skill
@@ -138,6 +139,7 @@ class _Sources:
     library: dict[str, SkillRecord] | None = None
     expert: ExpertDemonstrations | None = None
     written: Mapping[str, str] | None = None
+    written_key: Callable[[TaskSpec], str] | None = None
 
 
 def _sources(adapter: EnvironmentAdapter, plan: EvalPlan) -> _Sources:
@@ -151,7 +153,9 @@ def _sources(adapter: EnvironmentAdapter, plan: EvalPlan) -> _Sources:
     if plan.protocol is EvalProtocol.EXPERT_SKILL:
         return _Sources(expert=cast(ExpertDemonstrations, adapter))
     if plan.protocol is EvalProtocol.WRITTEN_SKILL:
-        return _Sources(written=cast(WrittenSkills, adapter).written_skill_cards())
+        written = cast(WrittenSkills, adapter)
+        return _Sources(written=written.written_skill_cards(),
+                        written_key=written.written_skill_key)
     return _Sources()
 
 
@@ -177,8 +181,8 @@ async def _attempt_card(ctx: PipelineContext, clock: IOClock,
 
 async def _skill_for(ctx: PipelineContext, clock: IOClock, task: TaskSpec,
                      retrieved: TaskSpec | None, sources: _Sources) -> _SkillOutcome:
-    if sources.written is not None:
-        card = sources.written.get(task.task_type)
+    if sources.written is not None and sources.written_key is not None:
+        card = sources.written.get(sources.written_key(task))
         return card, None if card is not None else NOTE_NO_WRITTEN_SKILL
     if retrieved is None:
         return None, None

@@ -1,8 +1,10 @@
 """The probe's tasks, generated on the fly from a seed: which answer wins, and what each says.
 
 Owns `ProbeTask` and everything derived from `(probe.seed, task id)`: nothing is stored, so the
-server and the data preparation generate the same task from its id. Answers are named `1`..`M`
-(`probe.n_answers`), one character each. Two kinds (`probe.kind`):
+server, the data preparation and the adapter's hand-written cards (`written_card`) generate the
+same task from its id. Pure: it imports only the standard library (the env server and the
+adapter both import it) and reads the `probe` config section through `ProbeSettings`. Answers
+are named `1`..`M` (`probe.n_answers`), one character each. Two kinds (`probe.kind`):
 
 - `stated`: ids `stated-<split>-<index>`; the observation ends by stating the winning answer
   (a hash of seed and id), so a policy that reads it wins every task and one that ignores it
@@ -24,9 +26,27 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from evolving_rl.config.schema import ProbeConfig
+
+class ProbeSettings(Protocol):
+    """The fields of the `probe` config section (`config.schema.ProbeConfig`) tasks derive from."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def n_answers(self) -> int: ...
+    @property
+    def n_families(self) -> int: ...
+    @property
+    def train_tasks(self) -> int: ...
+    @property
+    def valid_tasks(self) -> int: ...
+    @property
+    def family_answers(self) -> str: ...
+    @property
+    def seed(self) -> int: ...
+
 
 SPLITS = ("train", "valid")
 FAMILY_WORDS = (
@@ -107,24 +127,28 @@ def _draw(seed: int, *parts: object) -> int:
     return int.from_bytes(digest[:8], "big")
 
 
-def answer_of(cfg: ProbeConfig, kind: str, task_id: str, family: int) -> int:
+def answer_of(cfg: ProbeSettings, kind: str, task_id: str, family: int) -> int:
     """The winning answer, 1..M: per task (stated) or per family (hidden)."""
-    draw = _draw(cfg.seed, "task", task_id) if kind == "stated" else _draw(cfg.seed, "family",
-                                                                          family)
-    return 1 + draw % cfg.n_answers
+    if kind == "stated":
+        return 1 + _draw(cfg.seed, "task", task_id) % cfg.n_answers
+    if cfg.family_answers == "balanced":
+        split = "train" if family < cfg.n_families else "valid"
+        order = sorted(_families(cfg, split), key=lambda f: (_draw(cfg.seed, "order", f), f))
+        return 1 + order.index(family) % cfg.n_answers
+    return 1 + _draw(cfg.seed, "family", family) % cfg.n_answers
 
 
-def _families(cfg: ProbeConfig, split: str) -> range:
+def _families(cfg: ProbeSettings, split: str) -> range:
     """The hidden kind's families of a split: train's first, valid's after them."""
     start = 0 if split == "train" else cfg.n_families
     return range(start, start + cfg.n_families)
 
 
-def _count(cfg: ProbeConfig, split: str) -> int:
+def _count(cfg: ProbeSettings, split: str) -> int:
     return cfg.train_tasks if split == "train" else cfg.valid_tasks
 
 
-def make_task(cfg: ProbeConfig, split: str, index: int) -> ProbeTask:
+def make_task(cfg: ProbeSettings, split: str, index: int) -> ProbeTask:
     """Task `index` of `split` in the configured kind (hidden: families taken round-robin)."""
     if cfg.kind == "stated":
         task_id, family = f"stated-{split}-{index:04d}", -1
@@ -135,12 +159,20 @@ def make_task(cfg: ProbeConfig, split: str, index: int) -> ProbeTask:
                      cfg.n_answers)
 
 
-def split_rows(cfg: ProbeConfig, split: str) -> list[dict[str, Any]]:
+def family_answers(cfg: ProbeSettings) -> dict[str, int]:
+    """Hidden kind: every family of both splits, by name, -> its winning answer; stated: {}."""
+    if cfg.kind != "hidden":
+        return {}
+    return {family_name(family): answer_of(cfg, "hidden", "", family)
+            for split in SPLITS for family in _families(cfg, split)}
+
+
+def split_rows(cfg: ProbeSettings, split: str) -> list[dict[str, Any]]:
     """Every task of `split` as a prepared row, in index order."""
     return [make_task(cfg, split, index).row() for index in range(_count(cfg, split))]
 
 
-def task_for(cfg: ProbeConfig, task_id: str) -> ProbeTask | None:
+def task_for(cfg: ProbeSettings, task_id: str) -> ProbeTask | None:
     """The task an id names, or None when this config never generates that id."""
     match = _ID.fullmatch(task_id)
     if match is None or match[1] != cfg.kind:

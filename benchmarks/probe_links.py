@@ -1,0 +1,186 @@
+"""The hidden probe's link table (issue 53 §1): each link of the skill path on its own.
+
+    PYTHONPATH=. python -m benchmarks.probe_links --config configs/probe_hidden_gpu.yaml \\
+        --model-dir models/qwen2.5-coder-0.5b-instruct [--device cuda --dtype bfloat16] \\
+        [--mechanism runs/probe_mechanism_gpu] [--limit 64] [--out runs/probe_links]
+
+For one (untrained) model, greedy, on the valid split (the held-out families, retrieving from
+valid) and the first `--limit` tasks of the train split (retrieving from train):
+
+- (c) retrieval: the `reference` protocol's retrieved task is of the test task's family;
+- (d) the solver with its family's hand-written card (`written_skill`; `probe.written_card`
+  correct, then wrong) and with none: success, and how often it sends the answer the card
+  states (a wrong card followed is a loss that names the card's answer);
+- the `reference` protocol itself: the model's own greedy card from a retrieved task, with and
+  without it;
+- (a) extractions that parse and (b) parsed cards stating the family's answer (its digit and no
+  other answer's): from the first training step of the runs in `--mechanism` (the output folder
+  of benchmarks.probe_mechanism: step 1 of every `evolving` and `teacher` run is the untrained
+  model sampling at the training temperature; a probe episode's feedback always reveals the
+  answer, so every card could state it).
+
+Each evaluation is one `python -m evolving_rl.evaluate` run with its own ports and folder; its
+cases are read back from the case store. Beside every success rate: the no-information bar, the
+best share one fixed answer wins on those tasks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+from benchmarks.probe_mechanism import states_answer
+from env.launch import free_port
+from env.probe.service import prepare_data
+from evolving_rl.config import load_config
+from evolving_rl.config.schema import ProbeConfig
+from evolving_rl.domains.probe_tasks import task_for
+from evolving_rl.pipeline.eval_records import CaseRecord
+
+logger = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parents[1]
+# (name, split, retrieval split, written card, protocols)
+RUNS = (("valid", "valid", "valid", "correct", ("written_skill", "reference")),
+        ("valid-wrong", "valid", "valid", "wrong", ("written_skill",)),
+        ("train", "train", "train", "correct", ("written_skill", "reference")),
+        ("train-wrong", "train", "train", "wrong", ("written_skill",)))
+
+
+def run_eval(args: argparse.Namespace, name: str, split: str, retrieval_split: str, card: str,
+             protocols: tuple[str, ...]) -> Path:
+    """One evaluation of the model in `<out>/<name>`; the folder."""
+    folder = Path(args.out) / name
+    port = free_port()
+    sets = [*args.sets, f"probe.written_card={card}", f"probe.port={port}",
+            f"retrieval.port={free_port(exclude=[port])}", f"probe.log_dir={folder / 'logs'}",
+            f"retrieval.log_dir={folder / 'logs'}"]
+    command = [sys.executable, "-m", "evolving_rl.evaluate", "--config", args.config,
+               "--local", args.model_dir, "--device", args.device, "--dtype", args.dtype,
+               "--out", str(folder), "--protocols", *protocols, "--splits", split,
+               "--retrieval-split", retrieval_split, "--repeats", "1"]
+    if split == "train":
+        command += ["--limit", str(args.limit)]
+    for item in sets:
+        command += ["--set", item]
+    folder.mkdir(parents=True, exist_ok=True)
+    logger.info("%s: %s", name, " ".join(command))
+    with (folder / "eval.log").open("w") as log:
+        subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True)
+    return folder
+
+
+def read_cases(folder: Path) -> list[CaseRecord]:
+    records = []
+    for path in sorted(folder.glob("cases*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            data = json.loads(line)
+            if "protocol" in data:
+                records.append(CaseRecord.from_json(data))
+    return records
+
+
+def _share(hits: int, total: int) -> str:
+    return f"{hits}/{total} ({100 * hits / total:.0f}%)" if total else "0/0"
+
+
+def bar(probe: ProbeConfig, ids: list[str]) -> str:
+    """The no-information bar: the share the most frequent answer wins on these tasks."""
+    answers = Counter(task_for(probe, task_id).answer for task_id in ids)
+    return _share(max(answers.values()), len(ids)) if ids else "-"
+
+
+def card_answer(probe: ProbeConfig, task_id: str, card: str) -> int:
+    task = task_for(probe, task_id)
+    return task.answer % probe.n_answers + 1 if card == "wrong" else task.answer
+
+
+def eval_rows(probe: ProbeConfig, name: str, card: str, cases: list[CaseRecord]) -> list[str]:
+    """Table rows of one evaluation: written card, no card, and the reference protocol."""
+    rows = []
+    written = [c for c in cases if c.protocol == "written_skill" and c.with_skill is not None]
+    ids = [c.task_id for c in written]
+    if written:
+        wins = sum(c.with_skill.success for c in written)
+        follows = sum(c.with_skill.measures.get("chosen") == str(card_answer(probe, c.task_id,
+                                                                             card))
+                      for c in written)
+        rows.append(f"| {name} | {card} hand-written card | {_share(wins, len(written))} | "
+                    f"{_share(follows, len(written))} | {bar(probe, ids)} |")
+        plain = [c.without_skill for c in written]
+        chosen = Counter(arm.measures.get("chosen") for arm in plain)
+        top = ", ".join(f"{k}: {v}" for k, v in chosen.most_common(4))
+        rows.append(f"| {name} | no card | {_share(sum(a.success for a in plain), len(plain))} "
+                    f"| answers sent: {top} | {bar(probe, ids)} |")
+    reference = [c for c in cases if c.protocol == "reference"]
+    if reference:
+        with_card = [c for c in reference if c.with_skill is not None]
+        rows.append(f"| {name} | reference: own greedy card "
+                    f"| {_share(sum(c.with_skill.success for c in with_card), len(with_card))} "
+                    f"| cards obtained {_share(len(with_card), len(reference))} "
+                    f"| {bar(probe, [c.task_id for c in with_card])} |")
+    return rows
+
+
+def retrieval_rows(probe: ProbeConfig, name: str, cases: list[CaseRecord]) -> list[str]:
+    reference = [c for c in cases if c.protocol == "reference" and c.retrieved_id]
+    same = sum(task_for(probe, c.task_id).family == task_for(probe, c.retrieved_id).family
+               for c in reference if task_for(probe, c.retrieved_id) is not None)
+    return [f"| {name} | {_share(same, len(reference))} |"]
+
+
+def extraction_rows(probe: ProbeConfig, mechanism: Path) -> list[str]:
+    """(a), (b) over step 1 of every run under `mechanism` that extracted."""
+    parsed = stated = total = 0
+    for path in sorted(mechanism.glob("**/run/skill_library.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            if str(record["rollout"]) != "1":
+                continue
+            total += 1
+            if record["parse_ok"]:
+                parsed += 1
+                task = task_for(probe, record["source_id"])
+                stated += task is not None and states_answer(
+                    json.dumps(record["skill"]), task.answer, probe.n_answers)
+    return [f"| (a) extractions that parse | {_share(parsed, total)} |",
+            f"| (b) parsed cards stating the family's answer | {_share(stated, parsed)} |"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="configs/probe_hidden_gpu.yaml")
+    parser.add_argument("--model-dir", required=True)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--limit", type=int, default=64, help="train-split tasks")
+    parser.add_argument("--mechanism", type=Path, help="benchmarks.probe_mechanism --out folder")
+    parser.add_argument("--out", default="runs/probe_links")
+    parser.add_argument("--set", dest="sets", action="append", default=[])
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    cfg = load_config(args.config, args.sets)
+    prepare_data(cfg)
+    probe = cfg.probe
+    evals = ["| split | card | success | sends the card's answer | no-information bar |",
+             "| --- | --- | --- | --- | --- |"]
+    retrieval = ["| split | retrieved task of the test task's family |", "| --- | --- |"]
+    for name, split, retrieval_split, card, protocols in RUNS:
+        cases = read_cases(run_eval(args, name, split, retrieval_split, card, protocols))
+        evals += eval_rows(probe, name, card, cases)
+        retrieval += retrieval_rows(probe, name, cases) if "reference" in protocols else []
+    print(f"\nLinks of {args.model_dir} ({args.config}):\n")
+    if args.mechanism is not None:
+        print("| link | measured |\n| --- | --- |")
+        print("\n".join(extraction_rows(probe, args.mechanism)) + "\n")
+    print("(c) retrieval\n\n" + "\n".join(retrieval) + "\n")
+    print("(d) the solver and a card\n\n" + "\n".join(evals))
+
+
+if __name__ == "__main__":
+    main()
