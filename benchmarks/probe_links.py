@@ -1,8 +1,8 @@
 """The hidden probe's link table (issue 53 §1): each link of the skill path on its own.
 
     PYTHONPATH=. python -m benchmarks.probe_links --config configs/probe_hidden_gpu.yaml \\
-        --model-dir models/qwen2.5-coder-0.5b-instruct [--device cuda --dtype bfloat16] \\
-        [--mechanism runs/probe_mechanism_gpu] [--limit 64] [--out runs/probe_links]
+        --model qwen2.5-coder-0.5b [--device cuda --dtype bfloat16] \\
+        [--mechanism runs/probe_mechanism_gpu] [--limit 64] [--out runs/probe_links] [--tiny]
 
 For one (untrained) model, greedy, on the valid split (the held-out families, retrieving from
 valid) and the first `--limit` tasks of the train split (retrieving from train):
@@ -14,14 +14,17 @@ valid) and the first `--limit` tasks of the train split (retrieving from train):
 - the `reference` protocol itself: the model's own greedy card from a retrieved task, with and
   without it;
 - (a) extractions that parse and (b) parsed cards stating the family's answer (its digit and no
-  other answer's): from the first training step of the runs in `--mechanism` (the output folder
-  of benchmarks.probe_mechanism: step 1 of every `evolving` and `teacher` run is the untrained
-  model sampling at the training temperature; a probe episode's feedback always reveals the
-  answer, so every card could state it).
+  other answer's; and, looser, quoting the feedback's "winning answer is k"): from the first
+  training step of the runs in `--mechanism` (the output folder of benchmarks.probe_mechanism:
+  step 1 of every `evolving` and `teacher` run is the untrained model sampling at the training
+  temperature; a probe episode's feedback always reveals the answer, so every card could state
+  it).
 
 Each evaluation is one `python -m evolving_rl.evaluate` run with its own ports and folder; its
 cases are read back from the case store. Beside every success rate: the no-information bar, the
-best share one fixed answer wins on those tasks.
+best share one fixed answer wins on those tasks. `--model` is a `local.model` name (converted
+once into `models/`) or an HF folder. `--tiny` (the test suite's smoke run): SmolLM2 on the CPU,
+the valid split only, 8 tasks, 8-token extractions.
 """
 
 from __future__ import annotations
@@ -34,17 +37,24 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from benchmarks.probe_mechanism import states_answer
+from benchmarks.cli import parse_with_tiny
+from benchmarks.probe_mechanism import quotes_answer, states_answer
 from env.launch import free_port
 from env.probe.service import prepare_data
 from evolving_rl.config import load_config
 from evolving_rl.config.schema import ProbeConfig
 from evolving_rl.domains.probe_tasks import task_for
+from evolving_rl.local.model import resolve_model_path
 from evolving_rl.pipeline.eval_records import CaseRecord
 
 logger = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[1]
+TINY = {"model": "smollm2", "config": "configs/probe_hidden_cpu.yaml",
+        "out": "runs/probe_links/tiny", "splits": "valid"}
+TINY_SETS = ["probe.valid_tasks=8", "sampling.eval_extractor.max_new_tokens=8",
+             "probe.prepared_dir=runs/probe_links/tiny/prepared",
+             "retrieval.cache_path=runs/probe_links/tiny/cache.npz"]
 # (name, split, retrieval split, written card, protocols)
 RUNS = (("valid", "valid", "valid", "correct", ("written_skill", "reference")),
         ("valid-wrong", "valid", "valid", "wrong", ("written_skill",)),
@@ -52,8 +62,8 @@ RUNS = (("valid", "valid", "valid", "correct", ("written_skill", "reference")),
         ("train-wrong", "train", "train", "wrong", ("written_skill",)))
 
 
-def run_eval(args: argparse.Namespace, name: str, split: str, retrieval_split: str, card: str,
-             protocols: tuple[str, ...]) -> Path:
+def run_eval(args: argparse.Namespace, model: Path, name: str, split: str, retrieval_split: str,
+             card: str, protocols: tuple[str, ...]) -> Path:
     """One evaluation of the model in `<out>/<name>`; the folder."""
     folder = Path(args.out) / name
     port = free_port()
@@ -61,7 +71,7 @@ def run_eval(args: argparse.Namespace, name: str, split: str, retrieval_split: s
             f"retrieval.port={free_port(exclude=[port])}", f"probe.log_dir={folder / 'logs'}",
             f"retrieval.log_dir={folder / 'logs'}"]
     command = [sys.executable, "-m", "evolving_rl.evaluate", "--config", args.config,
-               "--local", args.model_dir, "--device", args.device, "--dtype", args.dtype,
+               "--local", str(model), "--device", args.device, "--dtype", args.dtype,
                "--out", str(folder), "--protocols", *protocols, "--splits", split,
                "--retrieval-split", retrieval_split, "--repeats", "1"]
     if split == "train":
@@ -136,45 +146,56 @@ def retrieval_rows(probe: ProbeConfig, name: str, cases: list[CaseRecord]) -> li
 
 def extraction_rows(probe: ProbeConfig, mechanism: Path) -> list[str]:
     """(a), (b) over step 1 of every run under `mechanism` that extracted."""
-    parsed = stated = total = 0
+    parsed = stated = quoted = total = 0
     for path in sorted(mechanism.glob("**/run/skill_library.jsonl")):
         for line in path.read_text(encoding="utf-8").splitlines():
             record = json.loads(line)
             if str(record["rollout"]) != "1":
                 continue
             total += 1
-            if record["parse_ok"]:
+            task = task_for(probe, record["source_id"])
+            if record["parse_ok"] and task is not None:
                 parsed += 1
-                task = task_for(probe, record["source_id"])
-                stated += task is not None and states_answer(
-                    json.dumps(record["skill"]), task.answer, probe.n_answers)
+                text = json.dumps(record["skill"])
+                stated += states_answer(text, task.answer, probe.n_answers)
+                quoted += quotes_answer(text, task.answer)
     return [f"| (a) extractions that parse | {_share(parsed, total)} |",
-            f"| (b) parsed cards stating the family's answer | {_share(stated, parsed)} |"]
+            f"| (b) parsed cards stating the family's answer (its digit only) "
+            f"| {_share(stated, parsed)} |",
+            f"| (b') parsed cards quoting it (\"winning answer is k\", other digits allowed) "
+            f"| {_share(quoted, parsed)} |"]
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/probe_hidden_gpu.yaml")
-    parser.add_argument("--model-dir", required=True)
+    parser.add_argument("--model", default="qwen2.5-coder-0.5b",
+                        help="a local.model name or an HF folder")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--limit", type=int, default=64, help="train-split tasks")
     parser.add_argument("--mechanism", type=Path, help="benchmarks.probe_mechanism --out folder")
     parser.add_argument("--out", default="runs/probe_links")
+    parser.add_argument("--splits", default="valid,train", help="valid, train or both")
     parser.add_argument("--set", dest="sets", action="append", default=[])
-    args = parser.parse_args(argv)
+    args = parse_with_tiny(parser, argv, TINY)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.tiny:
+        args.sets = [*TINY_SETS, *args.sets]
     cfg = load_config(args.config, args.sets)
+    model = resolve_model_path(args.model)
     prepare_data(cfg)
     probe = cfg.probe
     evals = ["| split | card | success | sends the card's answer | no-information bar |",
              "| --- | --- | --- | --- | --- |"]
     retrieval = ["| split | retrieved task of the test task's family |", "| --- | --- |"]
     for name, split, retrieval_split, card, protocols in RUNS:
-        cases = read_cases(run_eval(args, name, split, retrieval_split, card, protocols))
+        if split not in args.splits.split(","):
+            continue
+        cases = read_cases(run_eval(args, model, name, split, retrieval_split, card, protocols))
         evals += eval_rows(probe, name, card, cases)
         retrieval += retrieval_rows(probe, name, cases) if "reference" in protocols else []
-    print(f"\nLinks of {args.model_dir} ({args.config}):\n")
+    print(f"\nLinks of {model} ({args.config}):\n")
     if args.mechanism is not None:
         print("| link | measured |\n| --- | --- |")
         print("\n".join(extraction_rows(probe, args.mechanism)) + "\n")

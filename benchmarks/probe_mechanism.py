@@ -3,7 +3,7 @@
     PYTHONPATH=. .venv/bin/python -m benchmarks.probe_mechanism
         [--config configs/probe_hidden_cpu.yaml] [--methods evolving,grpo_baseline,teacher]
         [--seeds 0] [--parallel 1] [--steps 30] [--out runs/probe_mechanism]
-        [--set section.key=value ...] [--tiny]
+        [--set section.key=value ...] [--aggregate-only] [--tiny]
 
 Runs the main job (`python -m evolving_rl.local`) once per method and seed (`run.seed`) on the
 hidden probe, each in its own folder (`<out>/<method>` for one seed, `<out>/<method>-s<seed>`
@@ -21,7 +21,9 @@ pooled over seeds before and after, with and without a card, with two-sided Fish
 (after vs before; each method's after against `grpo_baseline`'s; `core.stats`). The full
 method works when cards come to state the answer and the solver's success with a card rises
 above chance while the baseline's stays there; the first of these numbers that stays at zero is
-the link that breaks. `--tiny` (the test suite's smoke run): one method, one step.
+the link that breaks. `--aggregate-only` runs nothing and prints the tables of the runs already
+in `--out` (e.g. copied back from a GPU machine). `--tiny` (the test suite's smoke run): one
+method, one step.
 """
 
 from __future__ import annotations
@@ -66,6 +68,10 @@ def job_command(config: str, method: str, seed: int | None, steps: int, folder: 
     return command
 
 
+def run_name(method: str, seed: int | None) -> str:
+    return method if seed is None else f"{method}-s{seed}"
+
+
 def run_jobs(config: str, jobs: list[tuple[str, int | None]], steps: int, out: Path,
              sets: list[str], parallel: int) -> dict[tuple[str, int | None], Path]:
     """Every (method, seed) job, `parallel` at a time; their run folders. Ports are taken
@@ -76,7 +82,7 @@ def run_jobs(config: str, jobs: list[tuple[str, int | None]], steps: int, out: P
     while pending or running:
         while pending and len(running) < parallel:
             method, seed = pending.pop(0)
-            folder = out / (method if seed is None else f"{method}-s{seed}")
+            folder = out / run_name(method, seed)
             folder.mkdir(parents=True, exist_ok=True)
             command = job_command(config, method, seed, steps, folder, sets)
             logger.info("%s: %s", folder.name, " ".join(command))
@@ -97,18 +103,26 @@ def states_answer(text: str, answer: int, n_answers: int) -> bool:
                                            if other != answer)
 
 
-def card_shares(run: Path, config: str, sets: list[str]) -> dict[str, tuple[int, int]]:
-    """Per rollout: (cards stating the family's answer, extractions)."""
+def quotes_answer(text: str, answer: int) -> bool:
+    """The text says "winning answer is <answer>" (the feedback's words), whatever other digits
+    it holds (cards often copy the observation's answer list as well)."""
+    return f"winning answer is {answer}" in text
+
+
+def card_shares(run: Path, config: str, sets: list[str]) -> dict[str, tuple[int, int, int]]:
+    """Per rollout: (cards stating the family's answer, cards quoting it, extractions)."""
     probe = load_config(config, sets).probe
-    shares: dict[str, tuple[int, int]] = {}
+    shares: dict[str, tuple[int, int, int]] = {}
     path = run / "skill_library.jsonl"
     for line in path.open() if path.is_file() else ():
         record = json.loads(line)
         task = task_for(probe, record["source_id"])
-        right = bool(record["parse_ok"]) and task is not None and states_answer(
-            json.dumps(record["skill"]), task.answer, probe.n_answers)
-        stated, total = shares.get(record["rollout"], (0, 0))
-        shares[record["rollout"]] = (stated + right, total + 1)
+        text = json.dumps(record["skill"])
+        usable = bool(record["parse_ok"]) and task is not None
+        right = usable and states_answer(text, task.answer, probe.n_answers)
+        quoted = usable and quotes_answer(text, task.answer)
+        stated, quotes, total = shares.get(record["rollout"], (0, 0, 0))
+        shares[record["rollout"]] = (stated + right, quotes + quoted, total + 1)
     return shares
 
 
@@ -116,13 +130,14 @@ def _pct(value: Any) -> str:
     return "-" if value is None else f"{100 * value:.0f}%"
 
 
-def step_rows(run: Path, shares: dict[str, tuple[int, int]]) -> list[str]:
+def step_rows(run: Path, shares: dict[str, tuple[int, int, int]]) -> list[str]:
     records = [json.loads(line) for line in (run / "metrics.jsonl").open()]
-    rows = ["| step | extractor reward | parsed | cards stating the answer | solver without card "
-            "| solver with card |", "| --- | --- | --- | --- | --- | --- |"]
+    rows = ["| step | extractor reward | parsed | cards stating the answer | cards quoting it "
+            "| solver without card | solver with card |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
     for record in (r for r in records if r["kind"] == "train"):
         step = str(record["step"])
-        stated, total = shares.get(step, (0, 0))
+        stated, quoted, total = shares.get(step, (0, 0, 0))
         baseline = "source/success_rate" not in record
         without = record.get("solver/success_rate") if baseline else record.get(
             "source/success_rate")
@@ -130,7 +145,7 @@ def step_rows(run: Path, shares: dict[str, tuple[int, int]]) -> list[str]:
         reward = record.get("extractor/reward_mean") if total else None
         rows.append(f"| {step} | {'-' if reward is None else f'{reward:+.2f}'} | "
                     f"{_pct(record.get('extractor/parse_ok_rate') if total else None)} | "
-                    f"{stated}/{total} | {_pct(without)} | {_pct(with_card)} |")
+                    f"{stated}/{total} | {quoted}/{total} | {_pct(without)} | {_pct(with_card)} |")
     for record in (r for r in records if r["kind"] == "eval"):
         rows.append(f"eval {record['phase']} ({record['protocol']}, {record['eval/cases']:.0f} "
                     f"held-out tasks): without card "
@@ -198,6 +213,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--out", default="runs/probe_mechanism")
     parser.add_argument("--set", dest="sets", action="append", default=[])
+    parser.add_argument("--aggregate-only", action="store_true",
+                        help="print the tables of the runs already in --out")
     args = parse_with_tiny(parser, argv, TINY)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     out = Path(args.out)
@@ -205,7 +222,11 @@ def main(argv: list[str] | None = None) -> None:
         out = out / "tiny"
     seeds: list[int | None] = [int(s) for s in args.seeds.split(",") if s] or [None]
     jobs = [(method, seed) for method in args.methods.split(",") for seed in seeds]
-    runs = run_jobs(args.config, jobs, args.steps, out, args.sets, max(1, args.parallel))
+    if args.aggregate_only:
+        runs = {job: run for job in jobs
+                if (run := out / run_name(*job) / "run").joinpath("metrics.jsonl").is_file()}
+    else:
+        runs = run_jobs(args.config, jobs, args.steps, out, args.sets, max(1, args.parallel))
     for (method, seed), run in runs.items():
         label = method if seed is None else f"{method}, seed {seed}"
         print(f"\n{label} ({args.config}, {args.steps} steps; {run}):")

@@ -109,6 +109,14 @@ HELP_FORM: dict[str, str] = {
     "PYTHONPATH=. .venv/bin/python -m benchmarks.mind2web_env": BENCHMARK,
     "PYTHONPATH=. .venv/bin/python -m benchmarks.main_job_memory": BENCHMARK,
     "PYTHONPATH=. .venv/bin/python -m benchmarks.model_fit": BENCHMARK,
+    "CONFIG=configs/probe_stated_cpu.yaml bash scripts/run_local.sh":
+        "the learning canary's job (tests/local/test_probe_canary.py runs it)",
+    "PYTHONPATH=. .venv/bin/python -m benchmarks.probe_links --config "
+    "configs/probe_hidden_gpu.yaml --model qwen2.5-coder-0.5b --device cuda --dtype bfloat16":
+        BENCHMARK + " (a GPU)",
+    "PYTHONPATH=. .venv/bin/python -m benchmarks.probe_mechanism --config "
+    "configs/probe_hidden_gpu.yaml --methods evolving,grpo_baseline,teacher --seeds 0,1,2 "
+    "--parallel 3": BENCHMARK + " (a GPU, 9 runs)",
 }
 NOT_RUN: dict[str, str] = {
     "bash scripts/test.sh": "the suite that holds this test (its --help is pytest's)",
