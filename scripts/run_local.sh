@@ -5,7 +5,9 @@
 #   CONFIG=configs/local_gpu.yaml bash scripts/run_local.sh compare [--seeds 0,1,2]
 #       [--methods evolving,grpo_baseline] [--parallel 6] [--out DIR] [--set KEY=VALUE ...]
 # Sets up (or reuses) the virtualenv, then runs `python -m evolving_rl.local` (or
-# `evolving_rl.local.experiments.compare`).
+# `evolving_rl.local.experiments.compare`). EVOLVING_RL_SETUP=skip installs nothing and runs
+# $PYTHON (default python3) with this checkout's src/ first on its path: for a node whose
+# interpreter already holds the env stack (installed from a wheelhouse, no network).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/lib/usage.sh" "$@"
@@ -16,6 +18,12 @@ if [ "${1:-}" = compare ]; then
     MODULE=evolving_rl.local.experiments.compare
     shift
 fi
-bash scripts/setup_env.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONPATH="$ROOT"
-exec "${VENV:-$ROOT/.venv}/bin/python" -m "$MODULE" --config "$CONFIG" "$@"
+if [ "${EVOLVING_RL_SETUP:-}" = skip ]; then
+    PY="${PYTHON:-python3}"
+    PYTHONPATH="$ROOT/src:$ROOT"
+else
+    bash scripts/setup_env.sh
+    PY="${VENV:-$ROOT/.venv}/bin/python"
+fi
+exec "$PY" -m "$MODULE" --config "$CONFIG" "$@"

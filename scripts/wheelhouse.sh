@@ -190,13 +190,16 @@ strip_wheel() {  # strip_wheel WHEEL OUTDIR: strip debug symbols of its shared o
     "$BPY" -m wheel pack --dest-dir "$out" "$dir" >>"$LOG" || die "cannot repack $dir"
 }
 
+copy_project() {  # DEST: what the project's wheel is built from (sources and package data)
+    mkdir -p "$1"
+    cp "$ROOT/pyproject.toml" "$ROOT/README.md" "$1/"
+    (cd "$ROOT" && find src -type f -not -path '*/__pycache__/*' -not -path '*.egg-info/*' \
+        -print0 | xargs -0 cp --parents -t "$1")
+}
+
 build_project_wheel() {  # the project's wheel, built from a copy so the tree gets no build/ files
-    local copy="$TMP/project"
-    mkdir -p "$copy"
-    cp "$ROOT/pyproject.toml" "$ROOT/README.md" "$copy/"
-    (cd "$ROOT" && find src -name '*.py' -not -path '*/__pycache__/*' -print0 |
-        xargs -0 cp --parents -t "$copy")
-    step "building the project's wheel" "$BPY" -m pip wheel --no-deps -w "$HOUSE" "$copy"
+    copy_project "$TMP/project"
+    step "building the project's wheel" "$BPY" -m pip wheel --no-deps -w "$HOUSE" "$TMP/project"
 }
 
 fetch_all() {  # build the sdist-only wheels, resolve the extras, download the binary wheels

@@ -40,3 +40,22 @@ def test_help_prints_usage_and_launches_nothing(script, flag, tmp_path):
     assert lines[0].startswith(SCRIPTS[script])
     assert not any(line.startswith(("set -", "#!", "ROOT=")) for line in lines)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_run_local_with_setup_skipped_installs_nothing(tmp_path):
+    """EVOLVING_RL_SETUP=skip (an offline node whose interpreter holds the env stack): no venv
+    is made or checked, $PYTHON runs the main job with the checkout's src/ on its path."""
+    log = tmp_path / "argv"
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/bin/sh\necho "$PYTHONPATH" "$@" > "{log}"\n')
+    fake.chmod(0o755)
+    venv = tmp_path / "venv"
+    env = {**os.environ, "EVOLVING_RL_SETUP": "skip", "PYTHON": str(fake), "VENV": str(venv),
+           "CONFIG": "configs/probe_stated_cpu.yaml"}
+    done = subprocess.run(["bash", "scripts/run_local.sh", "--set", "local.train_steps=1"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert not venv.exists() and "setup_env" not in done.stdout + done.stderr
+    assert log.read_text().split() == [
+        f"{ROOT}/src:{ROOT}", "-m", "evolving_rl.local", "--config",
+        "configs/probe_stated_cpu.yaml", "--set", "local.train_steps=1"]

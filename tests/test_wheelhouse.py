@@ -161,3 +161,18 @@ def test_wheelhouse_installs_offline(tmp_path):
                     env=offline, timeout=300)
     assert generated.returncode == 0, generated.stderr
     assert len(list(games.rglob("*.tw-pddl"))) == 6
+
+
+def test_the_project_wheel_is_built_from_its_sources_and_package_data(tmp_path):
+    """Every file pyproject's package-data names reaches the copy the project's wheel is built
+    from (it held *.py only: a wheel without local/notices/ broke the GGUF conversion)."""
+    copy = tmp_path / "project"
+    done = run(["bash", "-c", f'source "{WHEELHOUSE}"; copy_project "{copy}"'])
+    assert done.returncode == 0, done.stderr
+    package = ROOT / "src" / "evolving_rl"
+    data = [path for pattern in ("local/notices/*.txt", "domains/data/*.json")
+            for path in package.glob(pattern)]
+    assert data and "local/notices/*.txt" in (ROOT / "pyproject.toml").read_text()
+    for path in [*data, package / "__init__.py"]:
+        assert (copy / path.relative_to(ROOT)).is_file(), path
+    assert not list(copy.rglob("__pycache__"))

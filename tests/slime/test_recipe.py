@@ -153,3 +153,12 @@ def test_the_callers_sizes_replace_the_profiles_and_nothing_else(monkeypatch):
     env = recipe_run._environment(step)
     assert env["SGLANG_MEM_FRACTION"] == "0.25" and env["CONFIG"] == PROFILES["learn"].config
     assert env["PYTHON"] == sys.executable
+
+
+@pytest.mark.parametrize("name", sorted(PROFILES))
+def test_every_generated_data_step_names_its_seed(name):
+    """Two users of a profile get the same games or tasks: a data step that generates names
+    `--seed` (the learn profile's did not)."""
+    for step in PROFILES[name].data:
+        if "--generate" in step.command:
+            assert "--seed" in step.command, step.command

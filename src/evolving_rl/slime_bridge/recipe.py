@@ -105,7 +105,7 @@ PROFILES = {
         "learn", "configs/alfworld_1gpu_learn.yaml", "scripts/alfworld/train_alfworld.sh",
         "data/alfworld_small/prepared",
         (_step("data", "the local GPU profile's games: 2 task types, 24 a type a split",
-               "bash scripts/alfworld/prepare_data.sh --generate --per-type 24"
+               "bash scripts/alfworld/prepare_data.sh --generate --per-type 24 --seed 0"
                " --config configs/alfworld_1gpu_learn.yaml",
                "data/alfworld_small/prepared/train.jsonl",
                "data/alfworld_small/prepared/valid_unseen.jsonl"),),
