@@ -8,13 +8,14 @@ extractions and trained samples of the config's pipeline, the held-out cases), `
 reserve) and `python -m evolving_rl.slime_bridge.budget --config X`, which prints the table for
 each method and exits 1 when a method does not fit.
 
-Every part was measured on `grpo_baseline`'s launch except the `evolving` step, which has not
-run: its rollout and train seconds are the baseline's scaled by its samples (72 episodes + 32
-extractions = 104 against the baseline's 72), an estimate. Its extractions run between the
-source and the retrieved episodes, as in the evaluation's reference protocol, whose later
-evaluations (96 episodes + 48 extractions) took 15-18 s, so its rollout may take ~5 s more than
-the estimate; the reserve covers that. The budget has no checkpoint line: it budgets launches
-that save nothing (SAVE_INTERVAL=0, `slime_bridge.args`), and refuses a profile that saves.
+Every part was measured on `grpo_baseline`'s launch (1febe90) except the `evolving` step, whose
+rollout and train seconds come from the `evolving` launch at 61cdffa (EVOLVING: a step ~18 s,
+rollout 7-9 s, train 8-16 s; the slowest of each taken). That whole launch took 472 s, where
+the old estimate (the baseline's step scaled by 104 samples against 72) gave 902 s; its other
+parts were not measured apart, so they stay the baseline's, and the budget errs long for it
+(`test_budget`). A plan of other sizes scales its method's measured step by its samples. The
+budget has no checkpoint line: it budgets launches that save nothing (SAVE_INTERVAL=0,
+`slime_bridge.args`), and refuses a profile that saves.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from evolving_rl.config import Config, load_config
 from evolving_rl.slime_bridge.recipe import PROFILES, ROOT, Profile
 
 LEARNS = "docs/results/2026-12-05-slime-learns-one-gpu.md"
+EVOLVING = "docs/results/2026-12-06-slime-evolving-launch.md"
 LIMIT_S = 1800.0
 # What a profile keeps to spare for the estimated evolving step (`max_steps` in the table).
 RESERVE_S = 120.0
@@ -55,10 +57,13 @@ class MeasuredInputs:
     # The first evaluation's seconds beyond a later one's, and seconds a case of a later one.
     first_eval_extra_s: Measured
     eval_case_s: Measured
-    # A measured step: its rollout, its training and their samples (solver episodes).
+    # A measured step per method: its rollout, its training and their samples.
     rollout_s: Measured
     train_s: Measured
     step_samples: Measured
+    evolving_rollout_s: Measured
+    evolving_train_s: Measured
+    evolving_step_samples: Measured
     first_step_warmup_s: Measured
     weight_push_s: Measured
     teardown_s: Measured
@@ -84,6 +89,10 @@ MEASURED = MeasuredInputs(
     train_s=Measured(24.0, f"{LEARNS}: the slowest train of steps 2-6 (20.6, 24.0, 23.8, "
                            "21.2, 19.8 s; reference log-probs 4-6 s included)"),
     step_samples=Measured(72.0, f"{LEARNS}: grpo_baseline's 72 solver episodes a step"),
+    evolving_rollout_s=Measured(9.0, f"{EVOLVING}: the slowest rollout of 8 steps (7-9 s)"),
+    evolving_train_s=Measured(16.0, f"{EVOLVING}: the slowest train of 8 steps (8-16 s)"),
+    evolving_step_samples=Measured(104.0, f"{EVOLVING}: 72 solver episodes and 32 extractions "
+                                          "a step"),
     first_step_warmup_s=Measured(40.0 - 24.0, f"{LEARNS}: step 1 trained in 40.0 s (reference "
                                               "log-probs 12.7 s) against 24.0 s later"),
     weight_push_s=Measured(0.14, f"{LEARNS}: update_weights 0.12-0.14 s"),
@@ -153,26 +162,29 @@ class Line:
     basis: str
 
 
-def _scale(inputs: MeasuredInputs, plan: Plan) -> float:
-    return plan.samples / inputs.step_samples.value
+def _measured_step(inputs: MeasuredInputs, method: str) -> tuple[Measured, Measured, Measured]:
+    """(rollout, train, samples) of the method's measured step."""
+    if method == "evolving":
+        return inputs.evolving_rollout_s, inputs.evolving_train_s, inputs.evolving_step_samples
+    return inputs.rollout_s, inputs.train_s, inputs.step_samples
 
 
 def step_s(inputs: MeasuredInputs, plan: Plan) -> float:
-    scale = _scale(inputs, plan)
-    return ((inputs.rollout_s.value + inputs.train_s.value) * scale
-            + inputs.weight_push_s.value)
+    rollout, train, samples = _measured_step(inputs, plan.method)
+    return (rollout.value + train.value) * plan.samples / samples.value + inputs.weight_push_s.value
 
 
 def _step_basis(inputs: MeasuredInputs, plan: Plan) -> str:
-    m, scale = inputs, _scale(inputs, plan)
-    measured = (f"rollout {m.rollout_s.value:g} s ({m.rollout_s.source}) + train "
-                f"{m.train_s.value:g} s ({m.train_s.source}) + push {m.weight_push_s.value:g} s")
-    if plan.samples == m.step_samples.value:
+    rollout, train, samples = _measured_step(inputs, plan.method)
+    measured = (f"rollout {rollout.value:g} s ({rollout.source}) + train {train.value:g} s "
+                f"({train.source}) + push {inputs.weight_push_s.value:g} s")
+    if plan.samples == samples.value:
         return measured
-    return (f"ESTIMATED (not run): {plan.episodes} episodes + {plan.extractions} extractions "
-            f"= {plan.samples} samples, the measured step x {plan.samples}/"
-            f"{m.step_samples.value:g}: rollout {m.rollout_s.value * scale:.1f} s + train "
-            f"{m.train_s.value * scale:.1f} s + push; measured: {measured}")
+    scale = plan.samples / samples.value
+    return (f"SCALED: {plan.episodes} episodes + {plan.extractions} extractions = "
+            f"{plan.samples} samples, the measured step x {plan.samples}/{samples.value:g}: "
+            f"rollout {rollout.value * scale:.1f} s + train {train.value * scale:.1f} s + push; "
+            f"measured: {measured}")
 
 
 def _eval_lines(inputs: MeasuredInputs, plan: Plan) -> list[Line]:
