@@ -79,7 +79,9 @@ def create_app(cfg: AlfworldConfig, engine: Engine, table: WorkerEpisodes) -> Fl
             "ok": True, "worker": table.worker_index, "boot": table.boot, "pid": os.getpid(),
             "live_episodes": len(table), "reserved": table.reserved,
             "capacity": cfg.capacity, "cached_games": engine.cached_games,
-            "translations": engine.translations, "evicted": table.evicted,
+            "translations": engine.translations, "translator_jobs": engine.translator_jobs,
+            "translations_ready": engine.translations_ready,
+            "evicted": table.evicted,
             "dropped_resets": table.dropped_resets, "rss_bytes": rss_bytes(),
             "translator_pids": engine.translator_pids()}
         return jsonify(body)

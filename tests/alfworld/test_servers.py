@@ -194,6 +194,25 @@ def test_abandoned_reset_keeps_no_episode(servers, alfworld_games, fresh_copy):
     assert _live(servers) == before
 
 
+def test_short_deadline_reset_flood_queues_one_translation(servers, alfworld_games,
+                                                            fresh_copy):
+    """A client obeying "retrying soon will be fast" with 10 ms deadlines on a cold game: one
+    translation job on the worker, not one a try, and its next reset gets the result."""
+    worker = servers.worker_url(0)
+    jobs = requests.get(f"{worker}/health", timeout=5).json()["translator_jobs"]
+    game = fresh_copy(alfworld_games[3], "flood")
+    answers = [servers.post("/reset", {"game": game, "timeout_s": 0.01}, base=worker)
+               for _ in range(15)]
+    assert {resp.status_code for resp in answers} <= {200, 408}
+    assert answers[0].status_code == 408  # the translator cannot finish in 10 ms
+    answers.append(servers.post("/reset", {"game": game}, base=worker))
+    assert answers[-1].status_code == 200
+    assert requests.get(f"{worker}/health", timeout=5).json()["translator_jobs"] == jobs + 1
+    for resp in answers:
+        if resp.status_code == 200:
+            servers.post("/close", {"episode_id": resp.json()["episode_id"]}, base=worker)
+
+
 def test_idle_episode_is_evicted(launch_servers, alfworld_games):
     short = launch_servers(n_workers=1, episode_ttl_s=1.0)
     view = short.post("/reset", {"game": alfworld_games[0].key}).json()
