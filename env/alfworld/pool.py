@@ -24,6 +24,7 @@ from pathlib import Path
 
 import urllib3
 
+from env.alfworld.launch import log_file
 from env.launch import LaunchError, spawn_server, stop_process, wait_for_health
 from evolving_rl.config.schema import AlfworldConfig
 
@@ -64,7 +65,7 @@ class WorkerPool:
         self._stop = threading.Event()
 
     def _log_path(self, index: int) -> Path:
-        return Path(self.cfg.log_dir) / f"worker-{index}.log"
+        return log_file(self.cfg, "worker", self.cfg.worker_base_port + index)
 
     def _spawn(self, index: int) -> subprocess.Popen:
         # Fixed hash seed: the engine lists objects in set order; same seed, same text.

@@ -24,6 +24,7 @@ from flask import Flask, Response, jsonify, request
 from env.alfworld.engine import Engine
 from env.alfworld.episodes import Slot, WorkerEpisodes, task_text
 from env.alfworld.games import resolve_game
+from env.alfworld.launch import pid_file
 from env.alfworld.wire import CloseRequest, ResetRequest, StepRequest
 from env.episodes import housekeep
 from env.http_server import make_server
@@ -132,11 +133,11 @@ def main(argv: list[str] | None = None) -> None:
     stop = threading.Event()
     try:
         # Bound first: a worker whose port is taken exits before touching any PID file.
-        server = make_server(create_app(cfg, engine, table), host=cfg.host,
-                             port=cfg.worker_base_port + args.index, threads=cfg.threads,
-                             max_body_bytes=cfg.max_body_bytes, channel_request_lookahead=1,
-                             ident="alfworld-worker")
-        write_pid_file(Path(cfg.log_dir) / f"worker-{args.index}.pid")
+        port = cfg.worker_base_port + args.index
+        server = make_server(create_app(cfg, engine, table), host=cfg.host, port=port,
+                             threads=cfg.threads, max_body_bytes=cfg.max_body_bytes,
+                             channel_request_lookahead=1, ident="alfworld-worker")
+        write_pid_file(pid_file(cfg, "worker", port))
         threading.Thread(target=housekeep, daemon=True, name="housekeeping",
                          args=(table, stop, lambda: _router_alive(args.parent_pid))).start()
         server.serve()

@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from env.alfworld import launch
-from env.launch import config_arguments, free_port
+from env.launch import config_arguments, free_port, read_pid
 from tests.servers import (
     assert_served_under_hostile_connections,
     health_latencies_under_slow_clients,
@@ -264,7 +264,8 @@ def test_a_second_router_on_busy_worker_ports_is_refused_and_touches_nothing(ser
     exit 2 naming the busy ports, before any PID file is written, overwritten or deleted."""
     names = sorted(path.name for path in servers.log_dir.iterdir())
     files = {path.name: path.read_bytes() for path in servers.log_dir.glob("*.pid")}
-    assert set(files) == {"router.pid", "worker-0.pid", "worker-1.pid"}
+    router, *workers = launch.bound_ports(servers.cfg)
+    assert set(files) == {f"router-{router}.pid", *(f"worker-{port}.pid" for port in workers)}
     other = free_port(exclude=launch.bound_ports(servers.cfg))
     done = subprocess.run(
         [sys.executable, "-m", "env.alfworld.launch", "start", *config_arguments(servers.cfg),
@@ -272,9 +273,27 @@ def test_a_second_router_on_busy_worker_ports_is_refused_and_touches_nothing(ser
         cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
     errors = [line for line in done.stderr.splitlines() if " ERROR " in line]
-    workers = launch.bound_ports(servers.cfg)[1:]
     assert len(errors) == 1 and ", ".join(map(str, workers)) in errors[0], done.stderr
     assert str(other) not in errors[0]
     assert sorted(path.name for path in servers.log_dir.iterdir()) == names
     assert {path.name: path.read_bytes() for path in servers.log_dir.glob("*.pid")} == files
-    assert servers.health()["ok"] and servers.health()["pid"] == int(files["router.pid"])
+    assert servers.health()["ok"]
+    assert servers.health()["pid"] == int(files[f"router-{router}.pid"])
+
+
+def test_runs_sharing_a_log_dir_keep_their_own_pid_files(launch_servers, tmp_path):
+    """Two routers on other ports with one `log_dir` (the default one is shared by every
+    config): each process has its own PID file, and stopping one run leaves the other
+    stoppable by its launcher."""
+    shared = tmp_path / "shared_logs"
+    first = launch_servers(n_workers=1, log_dir=str(shared))
+    second = launch_servers(n_workers=1, log_dir=str(shared))
+    family = [psutil.Process(run.health()["pid"]) for run in (first, second)]
+    pids = {path.name: read_pid(path) for path in shared.glob("*.pid")}
+    assert len(pids) == 4 and len(set(pids.values())) == 4
+    assert launch.stop(second.cfg) >= 1
+    assert first.health()["ok"] and len(list(shared.glob("*.pid"))) == 2
+    assert launch.stop(first.cfg) >= 1
+    _, alive = psutil.wait_procs(family, timeout=15)
+    assert not alive and not list(shared.glob("*.pid"))
+
