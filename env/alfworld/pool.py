@@ -1,7 +1,9 @@
 """The router's worker processes: spawn, health checks, death detection, respawn, placement.
 
 Owns the ALFWorld workers as the router's children. Every `health_interval_s` each worker is
-checked: a process that exited, or that failed `unhealthy_after` checks in a row, is declared dead
+checked (a health answer counts only when it names the PID the router spawned: a worker of
+another run on the same port is never adopted): a process that exited, or that failed
+`unhealthy_after` checks in a row, is declared dead
 (killed if still running — only the PID we started), and a replacement is spawned in the
 background. A worker's `boot` token changes with every process, so episode ids of a dead worker
 answer "episode lost" instead of hanging; every boot a slot has had is kept (`boots`), so an id
@@ -94,7 +96,9 @@ class WorkerPool:
         except (urllib3.exceptions.HTTPError, ValueError):
             body = None
         with self._lock:
-            if not isinstance(body, dict):
+            # Another run's worker on this port (ours failed to bind) is no worker of ours.
+            if not isinstance(body, dict) or handle.proc is None or \
+                    body.get("pid") != handle.proc.pid:
                 handle.fails += 1
                 return False
             handle.fails, handle.healthy = 0, True

@@ -11,6 +11,7 @@ the model has no query prompt, else encoding them online) and asks the index for
 from __future__ import annotations
 
 import logging
+import os
 
 import numpy as np
 from flask import Flask, Response, jsonify
@@ -66,7 +67,7 @@ def create_app(index: SearchIndex, encoder: Encoder, cfg: RetrievalConfig) -> Fl
 
     @app.get("/health")
     def health() -> Response:
-        return jsonify(status="ok", model=index.model, size=index.size,
+        return jsonify(status="ok", pid=os.getpid(), model=index.model, size=index.size,
                        dimension=index.dimension, splits=sorted(index.split_masks),
                        task_types=sorted(index.type_masks), query_prompt=encoder.query_prompt)
 

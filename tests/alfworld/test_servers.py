@@ -16,7 +16,8 @@ import pytest
 import requests
 
 from env.alfworld import launch
-from env.launch import config_arguments, free_port, read_pid
+from env.launch import LaunchError, config_arguments, free_port, read_pid, start_server
+from evolving_rl.config import parse_config, to_dict
 from tests.servers import (
     assert_served_under_hostile_connections,
     health_latencies_under_slow_clients,
@@ -297,3 +298,25 @@ def test_runs_sharing_a_log_dir_keep_their_own_pid_files(launch_servers, tmp_pat
     _, alive = psutil.wait_procs(family, timeout=15)
     assert not alive and not list(shared.glob("*.pid"))
 
+
+def test_a_router_racing_past_the_port_check_never_adopts_another_runs_workers(servers,
+                                                                               tmp_path):
+    """Two launchers at the same moment both pass the port check; the second router's workers
+    then fail to bind the first one's worker ports. The health wait must not take the first
+    run's workers (their PIDs) for its own: the second start fails, the first run is untouched."""
+    pids = {path.name: read_pid(path) for path in servers.log_dir.glob("*.pid")}
+    other = free_port(exclude=launch.bound_ports(servers.cfg))
+    data = to_dict(servers.cfg)
+    data["alfworld"].update(port=other, log_dir=str(tmp_path / "logs"), start_timeout_s=20)
+    cfg = parse_config(data)
+    cmd = [sys.executable, "-m", launch.ROUTER_MODULE, *config_arguments(cfg)]
+    with pytest.raises(LaunchError, match="exited with code"):
+        proc = start_server(cmd, f"http://127.0.0.1:{other}/health", tmp_path / "router.log",
+                            timeout_s=60)
+        launch.stop(cfg)  # the old behaviour: it came up on the first run's workers
+        proc.wait(30)
+    assert {path.name: read_pid(path) for path in servers.log_dir.glob("*.pid")} == pids
+    assert not list((tmp_path / "logs").glob("*.pid"))
+    assert servers.health()["ok"]
+    assert [w["pid"] for w in servers.health()["workers"]] == [
+        pids[f"worker-{port}.pid"] for port in launch.bound_ports(servers.cfg)[1:]]
