@@ -9,6 +9,9 @@ Owns loading games in the real TextWorld/ALFWorld engine for a worker process:
   leaves the job running (a 408 that a retry soon will find done), and a finished translation
   that no reset has used yet is kept (at least one, up to `translation_cache_games`) for the next
   reset of its game, so a flood of short-deadline resets queues one job per game, not one a try;
+  a job that had not started when its last reset gave up is dropped instead (a 408 saying so: a
+  retry needs a longer deadline), so a flood of short-deadline resets of many cold games leaves
+  no backlog in front of the next reset (at most the executor's two queued calls);
 - translated games are kept in an LRU of `translation_cache_games` entries (0: none kept), so a
   repeat reset skips the translation;
 - everything that touches the engine (the Fast Downward lib, the grammar) runs under one lock
@@ -46,10 +49,13 @@ class Engine:
         self._pending: dict[str, Future[CompiledGame]] = {}
         self._unclaimed: OrderedDict[str, None] = OrderedDict()  # done, not used yet, oldest first
         self._keep_unclaimed = max(1, cache_games)
-        self._table_lock = threading.Lock()
+        self._waiters: dict[str, int] = {}  # resets waiting for each game's job now
+        # Reentrant: cancelling a job runs its done callback (`_finished`) in the cancelling thread.
+        self._table_lock = threading.RLock()
         self._pool = self._new_pool()
         self.translations = 0
         self.translator_jobs = 0
+        self.translations_dropped = 0
 
     @staticmethod
     def _new_pool() -> ProcessPoolExecutor:
@@ -60,8 +66,10 @@ class Engine:
         return [p.pid for p in getattr(self._pool, "_processes", {}).values() if p.pid]
 
     def _translation(self, game: GameRef) -> Future[CompiledGame]:
-        """The one translation job of `game`: the pending one, else a new one."""
+        """The one translation job of `game` (the pending one, else a new one), counted as
+        waited for until `_stop_waiting`."""
         with self._table_lock:
+            self._waiters[game.key] = self._waiters.get(game.key, 0) + 1
             future = self._pending.get(game.key)
             if future is not None:
                 return future
@@ -98,23 +106,44 @@ class Engine:
                 del self._pending[key]
                 self._unclaimed.pop(key, None)
 
+    def _stop_waiting(self, key: str, future: Future[CompiledGame], drop: bool = False) -> bool:
+        """A reset stops waiting for `future`. With `drop` (its deadline ended), True when it was
+        the last one waiting and the job, not started yet, is dropped."""
+        with self._table_lock:
+            self._waiters[key] -= 1
+            if self._waiters[key] > 0:
+                return False
+            del self._waiters[key]
+            dropped = drop and future.cancel()  # runs `_finished`, which forgets the job
+            self.translations_dropped += dropped
+            return dropped
+
     def _compiled(self, game: GameRef, timeout_s: float) -> tuple[CompiledGame, Future]:
         future = self._translation(game)
         try:
-            return future.result(timeout=timeout_s), future
+            compiled = future.result(timeout=timeout_s)
         except TimeoutError:
+            if self._stop_waiting(game.key, future, drop=True):
+                raise WireError(408, "reset_abandoned", "the game's translation had not started "
+                                "within the reset's deadline (other games were queued first) and "
+                                "was dropped; no episode was kept: retry with a longer timeout_s",
+                                "timeout_s") from None
             raise WireError(408, "reset_abandoned", "the game was not ready within the reset's "
                             "deadline; no episode was kept (its translation goes on and is "
                             "kept: retrying soon will be fast)", "timeout_s") from None
         except BrokenProcessPool:
+            self._stop_waiting(game.key, future)
             raise WireError(503, "translator_restarting", "the translator process died; retry",
                             retry_after_s=1) from None
         # The translator runs the game file's content through third-party parsers: any failure
         # there is the file's fault, reported as such (process boundary, documented above).
         except Exception as err:  # noqa: BLE001
+            self._stop_waiting(game.key, future)
             logger.warning("game %s failed to translate: %r", game.key, err)
             raise WireError(422, "bad_game", f"game {game.key!r} could not be loaded",
                             "game") from None
+        self._stop_waiting(game.key, future)
+        return compiled, future
 
     def _runtime(self, game: GameRef, timeout_s: float) -> GameRuntime:
         """Cached runtime of `game`, translating it if needed; call WITHOUT the lock held."""

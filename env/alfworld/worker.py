@@ -82,6 +82,7 @@ def create_app(cfg: AlfworldConfig, engine: Engine, table: WorkerEpisodes) -> Fl
             "capacity": cfg.capacity, "cached_games": engine.cached_games,
             "translations": engine.translations, "translator_jobs": engine.translator_jobs,
             "translations_ready": engine.translations_ready,
+            "translations_dropped": engine.translations_dropped,
             "evicted": table.evicted,
             "dropped_resets": table.dropped_resets, "rss_bytes": rss_bytes(),
             "translator_pids": engine.translator_pids()}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -129,6 +130,33 @@ def test_finished_translation_is_kept_for_the_next_reset(alfworld_root, alfworld
         assert engine.translator_jobs == 1 and engine.translations_ready == 0
         engine.new_episode(game, 60)  # used once: no cache, so the next reset translates again
         assert engine.translator_jobs == 2
+    finally:
+        engine.shutdown()
+
+
+def test_short_deadline_resets_of_many_cold_games_leave_no_backlog(alfworld_root,
+                                                                   alfworld_games):
+    """While one game translates, 10 ms resets of other cold games: the jobs still queued when
+    their reset gives up are dropped (the executor holds at most two beyond the running one),
+    so the next reset waits for no pile of abandoned translations."""
+    engine = Engine(cache_games=4)
+    first, *others = (resolve_game(alfworld_root, g.key) for g in alfworld_games[:8])
+    waited = threading.Thread(target=engine.new_episode, args=(first, 60))
+    try:
+        waited.start()
+        deadline = time.monotonic() + 60
+        while engine.translator_jobs == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        messages = []
+        for game in others:  # the first job starts the translator process: seconds, not 10 ms
+            with pytest.raises(WireError) as err:
+                engine.new_episode(game, 0.01)
+            assert err.value.status == 408
+            messages.append(err.value.message)
+        waited.join(60)
+        dropped = [m for m in messages if "dropped" in m and "longer timeout_s" in m]
+        assert engine.translations_dropped == len(dropped) >= len(others) - 2
+        assert engine.new_episode(others[-1], 60).observation  # dropped or kept, it still loads
     finally:
         engine.shutdown()
 
