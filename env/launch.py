@@ -1,14 +1,13 @@
 """Generic process launching for the env servers: PID files, health waits, PID-scoped stops.
 
 Owns what every server launcher needs and nothing server-specific: hand a `Config` to a server
-process on its command line (`--config-json`, or `--config FILE` when an operator starts one),
-start a server command as its own session with output to a log file, wait until its health URL
-answers 200 naming the PID of the process it spawned (`"pid"` in the JSON body, which every
-server's `/health` reports: a check that is not racy, unlike a port check before the start, since
-another server on the port answers with its own PID), failing fast when the process dies,
-write/remove the server's own PID file, and
-stop a server by the PID in its PID file after checking that the PID still runs the expected
-command. Nothing here ever signals a process it cannot tie to a PID file it was given.
+process on its command line (`--config-json`, or `--config FILE` when an operator starts one), start
+a server command as its own session with output to a log file, wait until its health URL answers 200
+naming the PID of the process it spawned (`"pid"` in the JSON body, which every server's `/health`
+reports: a check that is not racy, unlike a port check before the start, since another server on the
+port answers with its own PID), failing fast when the process dies, write/remove the server's own
+PID file, and stop a server by the PID in its PID file after checking that the PID still runs the
+expected command. Nothing here ever signals a process it cannot tie to a PID file it was given.
 A job that serves for the length of a block spawns its servers `tied_to_this_process()`, so that
 the kernel ends them when the job is killed outright (no `finally` runs on SIGKILL or OOM), and
 turns SIGTERM into SystemExit (`stopped_on_sigterm`) so that it stops them itself: `job_serving`.

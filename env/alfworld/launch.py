@@ -11,10 +11,9 @@ on other ports may share a `log_dir` (the default one is shared by every config)
 each other's files. `stop` signals exactly the PIDs in the files of its config's ports (SIGTERM,
 then SIGKILL after `stop_timeout_s`), after checking each still runs our module — the router
 first (it stops its workers), then any worker left over (e.g. when the router was killed). Before
-writing or starting
-anything, `start` refuses (exit 2 naming them) when any port it would bind — the router's or a
-worker's — already has a server: another run's workers there would answer this router's health
-checks, and a second router would take over the first one's PID files.
+writing or starting anything, `start` refuses (exit 2 naming them) when any port it would bind —
+the router's or a worker's — already has a server; a start racing another past that check fails
+its health wait instead, which takes only the process it spawned (`env.launch`).
 
     python -m env.alfworld.launch start --config configs/alfworld.yaml [--set alfworld.n_workers=4]
     python -m env.alfworld.launch stop  --config configs/alfworld.yaml

@@ -1,13 +1,12 @@
 """The router's worker processes: spawn, health checks, death detection, respawn, placement.
 
-Owns the ALFWorld workers as the router's children. Every `health_interval_s` each worker is
-checked (a health answer counts only when it names the PID the router spawned: a worker of
-another run on the same port is never adopted): a process that exited, or that failed
-`unhealthy_after` checks in a row, is declared dead
-(killed if still running — only the PID we started), and a replacement is spawned in the
-background. A worker's `boot` token changes with every process, so episode ids of a dead worker
-answer "episode lost" instead of hanging; every boot a slot has had is kept (`boots`), so an id
-naming a boot that never was is unknown, not lost. Placement of a new episode: the healthy
+Owns the ALFWorld workers as the router's children. Every `health_interval_s` each worker is checked
+(a health answer counts only when it names the PID the router spawned: a worker of another run on
+the same port is never adopted): a process that exited, or that failed `unhealthy_after` checks in a
+row, is declared dead (killed if still running — only the PID we started), and a replacement is
+spawned in the background. A worker's `boot` token changes with every process, so episode ids of a
+dead worker answer "episode lost" instead of hanging; every boot a slot has had is kept (`boots`),
+so an id naming a boot that never was is unknown, not lost. Placement of a new episode: the healthy
 worker with the lowest load (live + resets in flight) relative to its capacity.
 """
 
