@@ -367,8 +367,9 @@ class RetrievalConfig(ServerSettings):
     prepared_dir: str = ""
     batch_size: int = bounded(64, ge=1)
     # An encoder batch also holds at most this many tokens, padding included: requests take
-    # turns batch by batch, so this bounds how long a small request waits behind each large one
-    # (MiniLM on 2 busy CPU cores: ~2,000 tokens a second).
+    # turns batch by batch (least work left first), so this bounds how long a small request
+    # waits for the batch running when it comes (MiniLM on 2 busy CPU cores: ~2,000 tokens a
+    # second), and the activations' memory.
     batch_tokens: int = bounded(1024, ge=1)
     # The most tokens one /search may ask the model to read, summed over its distinct queries
     # as the model truncates them (more: a 400 naming `queries`). 256 queries of 128 tokens;
