@@ -308,7 +308,7 @@ def sglang_server(command: list[str], port: int, args: argparse.Namespace) -> It
 def _healthy(process: subprocess.Popen, url: str, log: Path, timeout_s: float) -> str:
     """`url` once `/health` answers 200; `LaunchError` with the log's tail otherwise."""
     try:
-        wait_for_health(f"{url}/health", timeout_s, process, poll_s=2.0)
+        wait_for_health(f"{url}/health", timeout_s, process, poll_s=2.0, names_pid=False)
     except LaunchError as error:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
         raise LaunchError(f"{error}; the end of {log}:\n{tail}") from None

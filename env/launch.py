@@ -1,11 +1,13 @@
 """Generic process launching for the env servers: PID files, health waits, PID-scoped stops.
 
 Owns what every server launcher needs and nothing server-specific: hand a `Config` to a server
-process on its command line (`--config-json`, or `--config FILE` when an operator starts one),
-start a server command as its own session with output to a log file, wait until its health URL
-answers 200 (failing fast when the process dies), write/remove the server's own PID file, and
-stop a server by the PID in its PID file after checking that the PID still runs the expected
-command. Nothing here ever signals a process it cannot tie to a PID file it was given.
+process on its command line (`--config-json`, or `--config FILE` when an operator starts one), start
+a server command as its own session with output to a log file, wait until its health URL answers 200
+naming the PID of the process it spawned (`"pid"` in the JSON body, which every server's `/health`
+reports: a check that is not racy, unlike a port check before the start, since another server on the
+port answers with its own PID), failing fast when the process dies, write/remove the server's own
+PID file, and stop a server by the PID in its PID file after checking that the PID still runs the
+expected command. Nothing here ever signals a process it cannot tie to a PID file it was given.
 A job that serves for the length of a block spawns its servers `tied_to_this_process()`, so that
 the kernel ends them when the job is killed outright (no `finally` runs on SIGKILL or OOM), and
 turns SIGTERM into SystemExit (`stopped_on_sigterm`) so that it stops them itself: `job_serving`.
@@ -172,24 +174,44 @@ def _cmdline(pid: int) -> str:
 
 def health_ok(url: str, timeout_s: float = 2.0) -> bool:
     """True when GET `url` answers 200."""
+    return _health(url, timeout_s) is not None
+
+
+def _health(url: str, timeout_s: float = 2.0) -> dict | None:
+    """The JSON object of a 200 answer to GET `url` ({} for another body); None otherwise."""
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            return response.status == 200
+            if response.status != 200:
+                return None
+            body = response.read()
     except (urllib.error.URLError, OSError):
-        return False
+        return None
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def wait_for_health(url: str, timeout_s: float, proc: subprocess.Popen | None = None,
-                    poll_s: float = 0.2) -> None:
-    """Block until `url` is healthy; raise `LaunchError` on timeout or if `proc` exits."""
+                    poll_s: float = 0.2, names_pid: bool = True) -> None:
+    """Block until `url` is healthy; raise `LaunchError` on timeout or if `proc` exits. With
+    `proc` (and `names_pid`, for our own servers), healthy means that the answer names
+    `proc.pid` (`"pid"`): another server on the same port is never taken for it."""
     deadline = time.monotonic() + timeout_s
+    other = None
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise LaunchError(f"server exited with code {proc.returncode} before {url} was up")
-        if health_ok(url):
+            raise LaunchError(f"server exited with code {proc.returncode} before {url} was up"
+                              + (f" (pid {other} answers there)" if other else ""))
+        body = _health(url)
+        if body is not None and (proc is None or not names_pid or body.get("pid") == proc.pid):
             return
+        if body is not None:
+            other = body.get("pid")
         time.sleep(poll_s)
-    raise LaunchError(f"{url} not healthy after {timeout_s:.0f} s")
+    mismatch = f": pid {other} answers there, not pid {proc.pid} we started" if other else ""
+    raise LaunchError(f"{url} not healthy after {timeout_s:.0f} s{mismatch}")
 
 
 def spawn_server(cmd: list[str], log_path: str | Path,
@@ -211,9 +233,10 @@ def spawn_server(cmd: list[str], log_path: str | Path,
 def start_server(cmd: list[str], health_url: str, log_path: str | Path,
                  timeout_s: float = 120.0, env: dict[str, str] | None = None) -> subprocess.Popen:
     """Start `cmd` in its own session (repo root on PYTHONPATH), output appended to `log_path`,
-    and wait for `health_url`. A port already in use is refused first (`LaunchError`): another
-    server there would answer the health check for a process that failed to bind. On failure
-    the process is stopped and `LaunchError` names the log.
+    and wait until `health_url` answers for the process started (its PID in the body). A port
+    already in use is refused first, naming it (`LaunchError`); a start racing another on the
+    same port fails the PID check instead. On failure the process is stopped and `LaunchError`
+    names the log.
     """
     address = urllib.parse.urlsplit(health_url)
     if address.port is not None and _listening(address.port, address.hostname or ""):

@@ -1,10 +1,13 @@
 """Port helpers of env/launch.py (env/ports.py): consecutive free blocks for a router and its
 workers, picked outside the kernel's ephemeral range and never handed to two processes; a start on
-a port another server holds is refused."""
+a port another server holds is refused, and a health wait takes only the process it started for
+healthy."""
 
 from __future__ import annotations
 
 import http.server
+import json
+import os
 import random
 import socket
 import subprocess
@@ -15,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from env import ports
-from env.launch import LaunchError, free_port, free_port_block, start_server
+from env.launch import LaunchError, free_port, free_port_block, start_server, wait_for_health
 
 
 def test_block_is_free_and_avoids_excluded_ports():
@@ -75,23 +78,53 @@ def test_block_skips_a_taken_port():
             assert taken not in range(base, base + 3)
 
 
-def test_start_refuses_a_port_another_server_holds(tmp_path):
-    """Without the check, the other server's health answer would pass for ours."""
-    class Healthy(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (the stdlib's name)
-            self.send_response(200)
-            self.end_headers()
+class Healthy(http.server.BaseHTTPRequestHandler):
+    """A healthy server of another process (this test's): its `/health` names its own PID."""
 
-        def log_message(self, *args):
-            pass
+    def do_GET(self):  # noqa: N802 (the stdlib's name)
+        body = json.dumps({"status": "ok", "pid": os.getpid()}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
 
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def other_server():
+    """The port of a healthy server that is not the process a test starts."""
     other = http.server.HTTPServer(("127.0.0.1", 0), Healthy)
     threading.Thread(target=other.serve_forever, daemon=True).start()
-    port = other.server_address[1]
+    yield other.server_address[1]
+    other.shutdown()
+    other.server_close()
+
+
+def test_start_refuses_a_port_another_server_holds(tmp_path, other_server):
+    """Without the check, the other server's health answer would pass for ours."""
+    port = other_server
+    with pytest.raises(LaunchError, match=f"port {port} of 127.0.0.1 is in use"):
+        start_server([sys.executable, "-c", "pass"], f"http://127.0.0.1:{port}/health",
+                     tmp_path / "log.txt", timeout_s=5)
+
+
+def test_health_wait_takes_only_the_process_it_started(other_server):
+    """The port check before a start races a start beside it: the wait itself must tell our
+    process from another server on the port (its PID in the health answer)."""
+    url = f"http://127.0.0.1:{other_server}/health"
+    ours = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                            stdin=subprocess.PIPE)
     try:
-        with pytest.raises(LaunchError, match=f"port {port} of 127.0.0.1 is in use"):
-            start_server([sys.executable, "-c", "pass"], f"http://127.0.0.1:{port}/health",
-                         tmp_path / "log.txt", timeout_s=5)
+        with pytest.raises(LaunchError, match=f"pid {os.getpid()} answers there, not pid "
+                                              f"{ours.pid} we started"):
+            wait_for_health(url, 1.0, ours, poll_s=0.05)
+        ours.stdin.close()
+        ours.wait(30)
+        with pytest.raises(LaunchError, match="exited with code 0"):
+            wait_for_health(url, 30.0, ours)
     finally:
-        other.shutdown()
-        other.server_close()
+        ours.kill()
+        ours.wait()
+    wait_for_health(url, 5.0)  # asked for any server: this one is healthy

@@ -1,11 +1,12 @@
 """The router's worker processes: spawn, health checks, death detection, respawn, placement.
 
-Owns the ALFWorld workers as the router's children. Every `health_interval_s` each worker is
-checked: a process that exited, or that failed `unhealthy_after` checks in a row, is declared dead
-(killed if still running — only the PID we started), and a replacement is spawned in the
-background. A worker's `boot` token changes with every process, so episode ids of a dead worker
-answer "episode lost" instead of hanging; every boot a slot has had is kept (`boots`), so an id
-naming a boot that never was is unknown, not lost. Placement of a new episode: the healthy
+Owns the ALFWorld workers as the router's children. Every `health_interval_s` each worker is checked
+(a health answer counts only when it names the PID the router spawned: a worker of another run on
+the same port is never adopted): a process that exited, or that failed `unhealthy_after` checks in a
+row, is declared dead (killed if still running — only the PID we started), and a replacement is
+spawned in the background. A worker's `boot` token changes with every process, so episode ids of a
+dead worker answer "episode lost" instead of hanging; every boot a slot has had is kept (`boots`),
+so an id naming a boot that never was is unknown, not lost. Placement of a new episode: the healthy
 worker with the lowest load (live + resets in flight) relative to its capacity.
 """
 
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import urllib3
 
+from env.alfworld.launch import log_file
 from env.launch import LaunchError, spawn_server, stop_process, wait_for_health
 from evolving_rl.config.schema import AlfworldConfig
 
@@ -64,7 +66,7 @@ class WorkerPool:
         self._stop = threading.Event()
 
     def _log_path(self, index: int) -> Path:
-        return Path(self.cfg.log_dir) / f"worker-{index}.log"
+        return log_file(self.cfg, "worker", self.cfg.worker_base_port + index)
 
     def _spawn(self, index: int) -> subprocess.Popen:
         # Fixed hash seed: the engine lists objects in set order; same seed, same text.
@@ -93,7 +95,9 @@ class WorkerPool:
         except (urllib3.exceptions.HTTPError, ValueError):
             body = None
         with self._lock:
-            if not isinstance(body, dict):
+            # Another run's worker on this port (ours failed to bind) is no worker of ours.
+            if not isinstance(body, dict) or handle.proc is None or \
+                    body.get("pid") != handle.proc.pid:
                 handle.fails += 1
                 return False
             handle.fails, handle.healthy = 0, True

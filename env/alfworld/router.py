@@ -18,11 +18,11 @@ import logging
 import os
 import threading
 import time
-from pathlib import Path
 
 import urllib3
 from flask import Flask, Response, jsonify, request
 
+from env.alfworld.launch import pid_file
 from env.alfworld.pool import WorkerHandle, WorkerPool, worker_command
 from env.alfworld.wire import (
     MIN_RESET_TIMEOUT_S,
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     server = make_server(create_app(cfg, pool, Upstream(http)), host=cfg.host, port=cfg.port,
                          threads=cfg.threads, max_body_bytes=cfg.max_body_bytes,
                          channel_request_lookahead=1, ident="alfworld-router")
-    write_pid_file(Path(cfg.log_dir) / "router.pid")
+    write_pid_file(pid_file(cfg, "router", cfg.port))
     try:
         pool.start_all()
         threading.Thread(target=pool.supervise, daemon=True, name="supervise").start()

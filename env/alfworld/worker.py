@@ -24,6 +24,7 @@ from flask import Flask, Response, jsonify, request
 from env.alfworld.engine import Engine
 from env.alfworld.episodes import Slot, WorkerEpisodes, task_text
 from env.alfworld.games import resolve_game
+from env.alfworld.launch import pid_file
 from env.alfworld.wire import CloseRequest, ResetRequest, StepRequest
 from env.episodes import housekeep
 from env.http_server import make_server
@@ -79,7 +80,10 @@ def create_app(cfg: AlfworldConfig, engine: Engine, table: WorkerEpisodes) -> Fl
             "ok": True, "worker": table.worker_index, "boot": table.boot, "pid": os.getpid(),
             "live_episodes": len(table), "reserved": table.reserved,
             "capacity": cfg.capacity, "cached_games": engine.cached_games,
-            "translations": engine.translations, "evicted": table.evicted,
+            "translations": engine.translations, "translator_jobs": engine.translator_jobs,
+            "translations_ready": engine.translations_ready,
+            "translations_dropped": engine.translations_dropped,
+            "evicted": table.evicted,
             "dropped_resets": table.dropped_resets, "rss_bytes": rss_bytes(),
             "translator_pids": engine.translator_pids()}
         return jsonify(body)
@@ -130,11 +134,11 @@ def main(argv: list[str] | None = None) -> None:
     stop = threading.Event()
     try:
         # Bound first: a worker whose port is taken exits before touching any PID file.
-        server = make_server(create_app(cfg, engine, table), host=cfg.host,
-                             port=cfg.worker_base_port + args.index, threads=cfg.threads,
-                             max_body_bytes=cfg.max_body_bytes, channel_request_lookahead=1,
-                             ident="alfworld-worker")
-        write_pid_file(Path(cfg.log_dir) / f"worker-{args.index}.pid")
+        port = cfg.worker_base_port + args.index
+        server = make_server(create_app(cfg, engine, table), host=cfg.host, port=port,
+                             threads=cfg.threads, max_body_bytes=cfg.max_body_bytes,
+                             channel_request_lookahead=1, ident="alfworld-worker")
+        write_pid_file(pid_file(cfg, "worker", port))
         threading.Thread(target=housekeep, daemon=True, name="housekeeping",
                          args=(table, stop, lambda: _router_alive(args.parent_pid))).start()
         server.serve()

@@ -9,6 +9,7 @@ A well-formed ref that names no element is not a client mistake: it is a wrong a
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -66,7 +67,7 @@ def create_app(cfg: Mind2WebConfig, store: TaskStore, table: EpisodeTable[Episod
 
     @app.get("/health")
     def health() -> Response:
-        return jsonify(status="ok", episodes=len(table), tasks=len(store),
+        return jsonify(status="ok", pid=os.getpid(), episodes=len(table), tasks=len(store),
                        evicted=table.evicted)
 
     @app.post("/reset")

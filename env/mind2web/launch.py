@@ -6,15 +6,15 @@
 Owns the launch API, `start(cfg)` / `stop(cfg)` (what the main job and the tests call), and the
 operator commands over it (`env.launch.launcher_main`). `start` runs `env.mind2web.server` in
 its own session with the config on its command line (`env.launch.config_arguments`), output to
-`<log_dir>/server.log`, and returns its PID once `/health` answers (the server indexes its tasks
-first: `start_timeout_s`). `stop` signals exactly the PID in `<log_dir>/server.pid`, after
-checking that it still runs our module. """
+`<log_dir>/server-<port>.log`, and returns its PID once `/health` answers (the server indexes its
+tasks first: `start_timeout_s`). `stop` signals exactly the PID in `<log_dir>/server-<port>.pid`
+(keyed by port: servers on other ports may share the `log_dir`), after checking that it still
+runs our module. """
 
 from __future__ import annotations
 
 import logging
 import sys
-from pathlib import Path
 
 from env.launch import (
     LaunchError,
@@ -25,7 +25,7 @@ from env.launch import (
     start_server,
     stop_pid_file,
 )
-from env.mind2web.server import pid_file
+from env.mind2web.server import log_file, pid_file
 from evolving_rl.config import Config
 
 logger = logging.getLogger(__name__)
@@ -40,8 +40,7 @@ def start(cfg: Config) -> int:
     if read_pid(pid_file(web)) is not None and health_ok(f"{url}/health"):
         raise LaunchError(f"a Mind2Web server is already running at {url} (see {web.log_dir})")
     cmd = [sys.executable, "-m", MODULE, *config_arguments(cfg)]
-    proc = start_server(cmd, f"{url}/health", Path(web.log_dir) / "server.log",
-                        timeout_s=web.start_timeout_s)
+    proc = start_server(cmd, f"{url}/health", log_file(web), timeout_s=web.start_timeout_s)
     logger.info("Mind2Web server pid %d at %s; log in %s", proc.pid, url, web.log_dir)
     return proc.pid
 

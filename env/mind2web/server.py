@@ -7,7 +7,8 @@ port opens, so a healthy server has every task indexed, and data it cannot serve
 annotation id in two files, prepared splits from files it does not serve or that changed since:
 `TaskDataError`) exits with the message, never healthy; cold page
 snapshots are built by a pool of processes (`mind2web.snapshot_processes`,
-`env.mind2web.snapshot_pool`); `<log_dir>/server.pid` is written once listening and removed at
+`env.mind2web.snapshot_pool`); `<log_dir>/server-<port>.pid` (keyed by port: servers
+sharing a `log_dir` keep their own) is written once listening and removed at
 exit; a housekeeping thread evicts idle episodes; SIGTERM stops cleanly, the requests in flight
 answered first (`env.http_server.Server.serve`).
 """
@@ -33,7 +34,11 @@ logger = logging.getLogger(__name__)
 
 
 def pid_file(cfg: Mind2WebConfig) -> Path:
-    return Path(cfg.log_dir) / "server.pid"
+    return Path(cfg.log_dir) / f"server-{cfg.port}.pid"
+
+
+def log_file(cfg: Mind2WebConfig) -> Path:
+    return Path(cfg.log_dir) / f"server-{cfg.port}.log"
 
 
 def _collect_rarely() -> None:

@@ -13,6 +13,7 @@ Retry-After (`env.episodes`).
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,7 +59,8 @@ def create_app(cfg: ProbeConfig, table: EpisodeTable[Episode]) -> Flask:
 
     @app.get("/health")
     def health() -> Response:
-        return jsonify(status="ok", kind=cfg.kind, episodes=len(table), evicted=table.evicted)
+        return jsonify(status="ok", pid=os.getpid(), kind=cfg.kind, episodes=len(table),
+                       evicted=table.evicted)
 
     @app.post("/reset")
     def reset() -> Response:

@@ -5,15 +5,15 @@
 
 Owns the launch API, `start(cfg)` / `stop(cfg)` (what the main job, the slime launcher and the
 tests call), and the operator commands over it (`env.launch.launcher_main`): the server runs in
-its own session with the config on its command line, output to `<log_dir>/server.log`; `start`
-returns its PID once `/health` answers, `stop` signals exactly the PID in its PID file.
+its own session with the config on its command line, output to `<log_dir>/server-<port>.log`;
+`start` returns its PID once `/health` answers, `stop` signals exactly the PID in its PID file
+(`<log_dir>/server-<port>.pid`).
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from pathlib import Path
 
 from env.launch import (
     LaunchError,
@@ -23,7 +23,7 @@ from env.launch import (
     start_server,
     stop_pid_file,
 )
-from env.probe.server import pid_file
+from env.probe.server import log_file, pid_file
 from evolving_rl.config import Config
 
 logger = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ def start(cfg: Config) -> int:
         raise LaunchError(f"probe.port {probe.port} on {probe.host} is in use")
     url = f"http://{probe.host}:{probe.port}"
     proc = start_server([sys.executable, "-m", MODULE, *config_arguments(cfg)], f"{url}/health",
-                        Path(probe.log_dir) / "server.log", timeout_s=probe.start_timeout_s)
+                        log_file(probe), timeout_s=probe.start_timeout_s)
     logger.info("probe server pid %d at %s; log in %s", proc.pid, url, probe.log_dir)
     return proc.pid
 

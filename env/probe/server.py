@@ -2,7 +2,8 @@
 
     python -m env.probe.server --config configs/probe_stated_cpu.yaml [--set probe.port=8400]
 
-Owns process life: `<log_dir>/server.pid` is written once listening and removed at exit, a
+Owns process life: `<log_dir>/server-<port>.pid` (keyed by port: servers
+sharing a `log_dir` keep their own) is written once listening and removed at exit, a
 housekeeping thread evicts idle episodes, SIGTERM stops cleanly with the requests in flight
 answered first (`env.http_server.Server.serve`). Tasks are generated per request from the seed
 (`evolving_rl.domains.probe_tasks`), so there is nothing to load.
@@ -25,7 +26,11 @@ logger = logging.getLogger(__name__)
 
 
 def pid_file(cfg: ProbeConfig) -> Path:
-    return Path(cfg.log_dir) / "server.pid"
+    return Path(cfg.log_dir) / f"server-{cfg.port}.pid"
+
+
+def log_file(cfg: ProbeConfig) -> Path:
+    return Path(cfg.log_dir) / f"server-{cfg.port}.log"
 
 
 def main(argv: list[str] | None = None) -> None:

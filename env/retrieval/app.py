@@ -1,7 +1,8 @@
 """Flask app factory of the retrieval server: `/health` and `/search`.
 
 Owns the HTTP surface only: the body (a JSON object, at most `max_body_bytes`: `env.wire`),
-validation (400 naming the problem and its `field`, via `evolving_rl.retrieval.protocol`), errors
+validation (400 naming the problem and its `field`, via `evolving_rl.retrieval.protocol`; a
+request asking the model to read more than `max_request_tokens` tokens is one), errors
 in the wire's one JSON shape `{"error", "message", "field"}` (`env.wire.install_error_handlers`;
 503 `stopping` for a request whose encoding the server's stop cut short), and the search
 service that turns query texts into vectors (reusing index vectors for exact indexed texts when
@@ -11,6 +12,7 @@ the model has no query prompt, else encoding them online) and asks the index for
 from __future__ import annotations
 
 import logging
+import os
 
 import numpy as np
 from flask import Flask, Response, jsonify
@@ -52,6 +54,16 @@ class SearchService:
             vectors[todo] = self.encoder.encode_queries([queries[i] for i in todo])
         return vectors
 
+    def check_work(self, req: SearchRequest, max_tokens: int) -> None:
+        """Refuse a request whose distinct queries hold more than `max_tokens` tokens (counted
+        whether or not they are cached: the answer never depends on the server's state)."""
+        texts = list(dict.fromkeys(req.queries))
+        tokens = sum(self.encoder.token_counts(texts, self.encoder.query_prompt))
+        if tokens > max_tokens:
+            raise RequestError("queries", f"the queries hold {tokens} tokens (as the model "
+                               f"reads them); at most {max_tokens} a request "
+                               "(retrieval.max_request_tokens): split the batch")
+
     def search(self, req: SearchRequest) -> list[list[Hit]]:
         vectors = self.query_vectors(req.queries)
         return self.index.search(vectors, req.k, list(req.filters), req.order)
@@ -66,13 +78,15 @@ def create_app(index: SearchIndex, encoder: Encoder, cfg: RetrievalConfig) -> Fl
 
     @app.get("/health")
     def health() -> Response:
-        return jsonify(status="ok", model=index.model, size=index.size,
+        return jsonify(status="ok", pid=os.getpid(), model=index.model, size=index.size,
                        dimension=index.dimension, splits=sorted(index.split_masks),
-                       task_types=sorted(index.type_masks), query_prompt=encoder.query_prompt)
+                       task_types=sorted(index.type_masks), query_prompt=encoder.query_prompt,
+                       encoder_waiting=encoder.waiting)
 
     @app.post("/search")
     def search() -> Response:
         req = parse_search_request(read_json_object(), limits)
+        service.check_work(req, cfg.max_request_tokens)
         results = service.search(req)
         return jsonify(model=index.model,
                        results=[[hit_to_json(hit) for hit in hits] for hits in results])

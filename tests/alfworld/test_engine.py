@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -83,6 +85,78 @@ def test_no_cache_still_plays(alfworld_root, alfworld_games):
                 engine.step(episode, action)
             assert episode.won
         assert engine.cached_games == 0 and engine.translations == 2
+    finally:
+        engine.shutdown()
+
+
+def test_short_deadline_flood_translates_a_game_once(alfworld_root, alfworld_games,
+                                                      monkeypatch):
+    """Resets whose deadline ends before the translation (408) leave the one job running and
+    queue no other; the next reset gets its kept result, even with no translation cache."""
+    engine = Engine(cache_games=0)
+    submitted = []
+    submit = engine._pool.submit
+    monkeypatch.setattr(engine._pool, "submit",
+                        lambda fn, *args: submitted.append(args) or submit(fn, *args))
+    game = resolve_game(alfworld_root, alfworld_games[0].key)
+    try:
+        timed_out = 0
+        for _ in range(20):  # 0.01 s each; starting the translator process alone takes longer
+            try:
+                engine.new_episode(game, 0.01)
+            except WireError as err:
+                assert err.status == 408 and "retrying soon will be fast" in err.message
+                timed_out += 1
+        assert timed_out >= 2
+        engine.new_episode(game, 60)
+        assert len(submitted) == 1 and engine.translator_jobs == 1
+    finally:
+        engine.shutdown()
+
+
+def test_finished_translation_is_kept_for_the_next_reset(alfworld_root, alfworld_games):
+    """What a 408 promises: its translation runs on and a reset soon after is fast, even with
+    a 10 ms deadline and no translation cache."""
+    engine = Engine(cache_games=0)
+    game = resolve_game(alfworld_root, alfworld_games[1].key)
+    try:
+        with pytest.raises(WireError) as err:
+            engine.new_episode(game, 0.01)
+        assert err.value.status == 408
+        deadline = time.monotonic() + 60
+        while engine.translations_ready == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the translation runs on after the 408
+        assert engine.new_episode(game, 0.01).observation
+        assert engine.translator_jobs == 1 and engine.translations_ready == 0
+        engine.new_episode(game, 60)  # used once: no cache, so the next reset translates again
+        assert engine.translator_jobs == 2
+    finally:
+        engine.shutdown()
+
+
+def test_short_deadline_resets_of_many_cold_games_leave_no_backlog(alfworld_root,
+                                                                   alfworld_games):
+    """While one game translates, 10 ms resets of other cold games: the jobs still queued when
+    their reset gives up are dropped (the executor holds at most two beyond the running one),
+    so the next reset waits for no pile of abandoned translations."""
+    engine = Engine(cache_games=4)
+    first, *others = (resolve_game(alfworld_root, g.key) for g in alfworld_games[:8])
+    waited = threading.Thread(target=engine.new_episode, args=(first, 60))
+    try:
+        waited.start()
+        deadline = time.monotonic() + 60
+        while engine.translator_jobs == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        messages = []
+        for game in others:  # the first job starts the translator process: seconds, not 10 ms
+            with pytest.raises(WireError) as err:
+                engine.new_episode(game, 0.01)
+            assert err.value.status == 408
+            messages.append(err.value.message)
+        waited.join(60)
+        dropped = [m for m in messages if "dropped" in m and "longer timeout_s" in m]
+        assert engine.translations_dropped == len(dropped) >= len(others) - 2
+        assert engine.new_episode(others[-1], 60).observation  # dropped or kept, it still loads
     finally:
         engine.shutdown()
 

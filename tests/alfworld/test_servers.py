@@ -16,7 +16,8 @@ import pytest
 import requests
 
 from env.alfworld import launch
-from env.launch import config_arguments, free_port
+from env.launch import LaunchError, config_arguments, free_port, read_pid, start_server
+from evolving_rl.config import parse_config, to_dict
 from tests.servers import (
     assert_served_under_hostile_connections,
     health_latencies_under_slow_clients,
@@ -194,6 +195,24 @@ def test_abandoned_reset_keeps_no_episode(servers, alfworld_games, fresh_copy):
     assert _live(servers) == before
 
 
+def test_short_deadline_reset_flood_queues_one_translation(servers, alfworld_games,
+                                                            fresh_copy):
+    """A client obeying "retrying soon will be fast" with 10 ms deadlines on a cold game: one
+    translation job on the worker, not one a try, and its next reset gets the result."""
+    worker = servers.worker_url(0)
+    jobs = requests.get(f"{worker}/health", timeout=5).json()["translator_jobs"]
+    game = fresh_copy(alfworld_games[3], "flood")
+    statuses = []
+    for timeout in [0.01] * 15 + [None]:  # the last one waits as long as the server allows
+        resp = servers.post("/reset", {"game": game, "timeout_s": timeout}, base=worker)
+        statuses.append(resp.status_code)
+        if resp.status_code == 200:  # the game is ready: its episodes are closed at once
+            servers.post("/close", {"episode_id": resp.json()["episode_id"]}, base=worker)
+    assert set(statuses) <= {200, 408} and statuses[-1] == 200
+    assert statuses[0] == 408  # the translator cannot finish in 10 ms
+    assert requests.get(f"{worker}/health", timeout=5).json()["translator_jobs"] == jobs + 1
+
+
 def test_idle_episode_is_evicted(launch_servers, alfworld_games):
     short = launch_servers(n_workers=1, episode_ttl_s=1.0)
     view = short.post("/reset", {"game": alfworld_games[0].key}).json()
@@ -245,7 +264,8 @@ def test_a_second_router_on_busy_worker_ports_is_refused_and_touches_nothing(ser
     exit 2 naming the busy ports, before any PID file is written, overwritten or deleted."""
     names = sorted(path.name for path in servers.log_dir.iterdir())
     files = {path.name: path.read_bytes() for path in servers.log_dir.glob("*.pid")}
-    assert set(files) == {"router.pid", "worker-0.pid", "worker-1.pid"}
+    router, *workers = launch.bound_ports(servers.cfg)
+    assert set(files) == {f"router-{router}.pid", *(f"worker-{port}.pid" for port in workers)}
     other = free_port(exclude=launch.bound_ports(servers.cfg))
     done = subprocess.run(
         [sys.executable, "-m", "env.alfworld.launch", "start", *config_arguments(servers.cfg),
@@ -253,9 +273,49 @@ def test_a_second_router_on_busy_worker_ports_is_refused_and_touches_nothing(ser
         cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
     errors = [line for line in done.stderr.splitlines() if " ERROR " in line]
-    workers = launch.bound_ports(servers.cfg)[1:]
     assert len(errors) == 1 and ", ".join(map(str, workers)) in errors[0], done.stderr
     assert str(other) not in errors[0]
     assert sorted(path.name for path in servers.log_dir.iterdir()) == names
     assert {path.name: path.read_bytes() for path in servers.log_dir.glob("*.pid")} == files
-    assert servers.health()["ok"] and servers.health()["pid"] == int(files["router.pid"])
+    assert servers.health()["ok"]
+    assert servers.health()["pid"] == int(files[f"router-{router}.pid"])
+
+
+def test_runs_sharing_a_log_dir_keep_their_own_pid_files(launch_servers, tmp_path):
+    """Two routers on other ports with one `log_dir` (the default one is shared by every
+    config): each process has its own PID file, and stopping one run leaves the other
+    stoppable by its launcher."""
+    shared = tmp_path / "shared_logs"
+    first = launch_servers(n_workers=1, log_dir=str(shared))
+    second = launch_servers(n_workers=1, log_dir=str(shared))
+    family = [psutil.Process(run.health()["pid"]) for run in (first, second)]
+    pids = {path.name: read_pid(path) for path in shared.glob("*.pid")}
+    assert len(pids) == 4 and len(set(pids.values())) == 4
+    assert launch.stop(second.cfg) >= 1
+    assert first.health()["ok"] and len(list(shared.glob("*.pid"))) == 2
+    assert launch.stop(first.cfg) >= 1
+    _, alive = psutil.wait_procs(family, timeout=15)
+    assert not alive and not list(shared.glob("*.pid"))
+
+
+def test_a_router_racing_past_the_port_check_never_adopts_another_runs_workers(servers,
+                                                                               tmp_path):
+    """Two launchers at the same moment both pass the port check; the second router's workers
+    then fail to bind the first one's worker ports. The health wait must not take the first
+    run's workers (their PIDs) for its own: the second start fails, the first run is untouched."""
+    pids = {path.name: read_pid(path) for path in servers.log_dir.glob("*.pid")}
+    other = free_port(exclude=launch.bound_ports(servers.cfg))
+    data = to_dict(servers.cfg)
+    data["alfworld"].update(port=other, log_dir=str(tmp_path / "logs"), start_timeout_s=20)
+    cfg = parse_config(data)
+    cmd = [sys.executable, "-m", launch.ROUTER_MODULE, *config_arguments(cfg)]
+    with pytest.raises(LaunchError, match="exited with code"):
+        proc = start_server(cmd, f"http://127.0.0.1:{other}/health", tmp_path / "router.log",
+                            timeout_s=60)
+        launch.stop(cfg)  # the old behaviour: it came up on the first run's workers
+        proc.wait(30)
+    assert {path.name: read_pid(path) for path in servers.log_dir.glob("*.pid")} == pids
+    assert not list((tmp_path / "logs").glob("*.pid"))
+    assert servers.health()["ok"]
+    assert [w["pid"] for w in servers.health()["workers"]] == [
+        pids[f"worker-{port}.pid"] for port in launch.bound_ports(servers.cfg)[1:]]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import resource
 import time
 
@@ -30,7 +31,7 @@ def create_app() -> Flask:
 
     @app.get("/health")
     def health() -> Response:
-        return jsonify(status="ok")
+        return jsonify(status="ok", pid=os.getpid())
 
     @app.post("/echo")
     def echo() -> Response:

@@ -24,7 +24,7 @@ from env.http_server import STOP_GRACE_S
 from env.launch import LaunchError, free_port, health_ok, read_pid
 from env.mind2web import launch
 from env.mind2web.prepare import prepare
-from env.mind2web.server import pid_file
+from env.mind2web.server import log_file, pid_file
 from env.mind2web.snapshot import build_snapshot
 from env.mind2web.store import LRU, OUTSIDE, TaskDataError, TaskStore, check_prepared
 from env.mind2web.validate import GoldStep, expected_refs
@@ -323,6 +323,18 @@ def test_idle_episodes_are_evicted_and_stop_leaves_no_process(start_server, task
         f"/proc/{pid}/cmdline").read_bytes()
 
 
+def test_servers_sharing_a_log_dir_keep_their_own_pid_files(start_server, tmp_path):
+    """Two servers on other ports with one `log_dir`: stopping one leaves the other's PID file,
+    so its launcher still stops it."""
+    shared = str(tmp_path / "shared_logs")
+    first, second = start_server(log_dir=shared), start_server(log_dir=shared)
+    pid = read_pid(pid_file(first.cfg.mind2web))
+    assert pid is not None and pid != read_pid(pid_file(second.cfg.mind2web))
+    assert launch.stop(second.cfg) and health_ok(f"{first.url}/health")
+    assert launch.stop(first.cfg) and not health_ok(f"{first.url}/health", 1.0)
+    assert not list(Path(shared).glob("*.pid"))
+
+
 def test_lru_keeps_the_most_recent(tmp_path):
     loads: list[int] = []
     cache = LRU(2, lambda key: loads.append(key) or key * 10)
@@ -372,7 +384,7 @@ def test_a_server_over_duplicate_ids_never_gets_healthy(mind2web_prepared, tmp_p
     cfg = parse_config({"environment": "mind2web", "mind2web": values})
     with pytest.raises(LaunchError, match="exited with code 1"):
         launch.start(cfg)
-    log = (tmp_path / "logs" / "server.log").read_text()
+    log = log_file(cfg.mind2web).read_text()
     assert "error: task " in log and "data/a_backup/" in log and "data/train/" in log
 
 

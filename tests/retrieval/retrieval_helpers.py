@@ -15,6 +15,7 @@ MAX_K = 20
 MAX_QUERIES = 8
 MAX_BODY = 4096
 MAX_QUERY_CHARS = 1000
+MAX_REQUEST_TOKENS = 600
 
 
 def write_config(folder: Path, prepared_dir: Path, **retrieval) -> Path:
@@ -22,7 +23,7 @@ def write_config(folder: Path, prepared_dir: Path, **retrieval) -> Path:
     section = {"model": "minilm", "prepared_dir": str(prepared_dir),
                "cache_path": str(folder / "cache.npz"), "log_dir": str(folder / "logs"),
                "max_k": MAX_K, "max_batch_queries": MAX_QUERIES, "max_body_bytes": MAX_BODY,
-               "max_query_chars": MAX_QUERY_CHARS,
+               "max_query_chars": MAX_QUERY_CHARS, "max_request_tokens": MAX_REQUEST_TOKENS,
                "threads": 4, "port": free_port(), **retrieval}
     path = folder / "config.yaml"
     path.write_text(yaml.safe_dump({"environment": "alfworld", "retrieval": section}))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from evolving_rl.retrieval.index import (
     top_k_positions,
 )
 from evolving_rl.retrieval.prepared import PreparedDataError
+from evolving_rl.retrieval.protocol import MEMORY_PER_BODY_BYTE, Limits, parse_search_request
 from evolving_rl.retrieval.tasks import TaskRow, load_task_rows
 from tests.fakes.synthetic_tasks import make_split_rows, write_prepared_splits
 
@@ -127,3 +129,34 @@ def test_unknown_filter_names_match_nothing():
     index = random_index()
     assert not index.allowed(SearchFilter(split="nope")).any()
     assert index.search(index.vectors[:1], 3, [SearchFilter(task_types=("nope",))]) == [[]]
+
+
+def _peak_bytes(index: SearchIndex, raw: bytes) -> int:
+    """Peak Python and numpy allocations of decoding, validating and searching one body."""
+    limits = Limits(100, 256, 4096, frozenset(index.split_masks), frozenset(index.type_masks))
+    tracemalloc.start()
+    try:
+        req = parse_search_request(json.loads(raw), limits)
+        queries = np.zeros((len(req.queries), index.dimension), dtype=np.float32)
+        index.search(queries, 5, list(req.filters))
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_exclusions_take_memory_in_proportion_to_the_body():
+    """A shared `exclude_ids` list with a one-id list per query was copied into every query's
+    filter (~500 MB for this 0.5 MB body); now memory is bounded by the body's size."""
+    index = random_index(2000)
+    ids = [row.id for row in index.rows]
+    n = 256
+    shared = [f"{i:x}" for i in range(60000)]
+    bodies = {
+        "shared and per query": {"exclude_ids": shared,
+                                 "exclude_ids_per_query": [[ids[i]] for i in range(n)]},
+        "per query only": {"exclude_ids_per_query": [[f"{q}-{i:x}" for i in range(200)]
+                                                     for q in range(n)]},
+    }
+    for name, extra in bodies.items():
+        raw = json.dumps({"queries": ["q"] * n, "k": 5, **extra}).encode()
+        assert _peak_bytes(index, raw) <= MEMORY_PER_BODY_BYTE * len(raw), name

@@ -71,7 +71,7 @@ def test_the_server_encoder_keeps_at_most_the_configured_bytes(tmp_path, prepare
 
 
 def test_a_closed_encoder_encodes_nothing(encoder):
-    closing = Encoder(encoder.model, encoder.name, encoder.batch_size)
+    closing = Encoder(encoder.model, encoder.name, encoder.batch_size, encoder.batch_tokens)
     assert closing.encode_queries(["a fresh query"]).shape == (1, encoder.dimension)
     closing.close()
     with pytest.raises(EncoderClosed):

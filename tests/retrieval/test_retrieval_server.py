@@ -11,7 +11,14 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import requests
-from retrieval_helpers import MAX_BODY, MAX_K, MAX_QUERIES, MAX_QUERY_CHARS, assert_valid_top_k
+from retrieval_helpers import (
+    MAX_BODY,
+    MAX_K,
+    MAX_QUERIES,
+    MAX_QUERY_CHARS,
+    MAX_REQUEST_TOKENS,
+    assert_valid_top_k,
+)
 
 from evolving_rl.retrieval.cache import save_cache
 from evolving_rl.retrieval.index import SearchFilter, SearchIndex
@@ -184,6 +191,21 @@ def test_a_query_over_max_query_chars_is_400_naming_it(server):
             "error": "bad_request", "field": field,
             "message": f"{name} has {MAX_QUERY_CHARS + 1} characters; at most "
                        f"{MAX_QUERY_CHARS} (retrieval.max_query_chars)"}
+
+
+def test_work_over_max_request_tokens_is_400_naming_the_queries(server):
+    """The model's work one request may ask is bounded (retrieval.max_request_tokens), counted
+    as the model reads the distinct queries: 199 words are 201 tokens with [CLS] and [SEP]."""
+    texts = [f"{i} " + "word " * 198 for i in range(3)]
+    response = post(server, {"queries": texts, "k": 1})
+    assert response.status_code == 400, response.text
+    assert response.json() == {
+        "error": "bad_request", "field": "queries",
+        "message": f"the queries hold 603 tokens (as the model reads them); at most "
+                   f"{MAX_REQUEST_TOKENS} a request (retrieval.max_request_tokens): split the "
+                   "batch"}
+    assert post(server, {"queries": texts[:2], "k": 1}).status_code == 200
+    assert post(server, {"queries": [texts[2]] * 3, "k": 1}).status_code == 200
 
 
 @pytest.mark.parametrize("data", [b"{not json", b"", b"\xff\xfe\x00garbage", b"[" * 4000])

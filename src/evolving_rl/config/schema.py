@@ -374,6 +374,15 @@ class RetrievalConfig(ServerSettings):
     # The prepared splits it embeds ("": the environment's prepared_dir).
     prepared_dir: str = ""
     batch_size: int = bounded(64, ge=1)
+    # An encoder batch also holds at most this many tokens, padding included: requests take
+    # turns batch by batch (least work left first), so this bounds how long a small request
+    # waits for the batch running when it comes (MiniLM on 2 busy CPU cores: ~2,000 tokens a
+    # second), and the activations' memory.
+    batch_tokens: int = bounded(1024, ge=1)
+    # The most tokens one /search may ask the model to read, summed over its distinct queries
+    # as the model truncates them (more: a 400 naming `queries`). 256 queries of 128 tokens;
+    # task questions are a few dozen tokens.
+    max_request_tokens: int = bounded(32768, ge=1)
     # Where the model runs: "cpu", "cuda", "cuda:7".
     device: str = "cpu"
     # Its weights' type: "auto" is bfloat16 on a GPU, float32 on the CPU (Qwen3-Embedding-4B:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from tqdm import tqdm
 
 from evolving_rl.config.schema import RetrievalConfig
 from evolving_rl.retrieval.query_cache import QueryCache
+from evolving_rl.retrieval.turns import Turns
 
 logger = logging.getLogger(__name__)
 
@@ -94,34 +94,65 @@ class Encoder:
     """Encodes documents and queries with one loaded model; safe to share across threads.
 
     Encoding is serialised by a lock (torch already uses every core it was given) and runs one
-    batch of `batch_size` texts at a time, so `close` waits for one batch at most: after it no
-    thread runs the model, and the interpreter can exit without a thread returning from native
-    code under it (which aborts the process). Encoded queries are kept in a `QueryCache` bounded
-    by bytes, so repeated queries cost a dictionary lookup.
+    batch at a time: at most `batch_size` texts and `batch_tokens` tokens, padding included (a
+    text longer than that is a batch of its own). Requests take turns batch by batch, the one
+    with the fewest tokens left first (`turns.Turns`): a small request waits for the batch
+    running now, however large the requests running beside it are. `close` waits for one batch
+    at most: after it no thread runs the model, and the interpreter can exit without a thread
+    returning from native code under it (which aborts the process). Encoded queries are kept in
+    a `QueryCache` bounded by bytes, so repeated queries cost a dictionary lookup.
     """
 
-    def __init__(self, model: Any, name: str, batch_size: int, query_prompt: str = "",
-                 query_cache_bytes: int = 0) -> None:
+    def __init__(self, model: Any, name: str, batch_size: int, batch_tokens: int,
+                 query_prompt: str = "", query_cache_bytes: int = 0) -> None:
         self.model = model
         self.name = name
         self.batch_size = batch_size
+        self.batch_tokens = batch_tokens
         prompts = getattr(model, "prompts", None) or {}
         self.query_prompt = query_prompt or prompts.get("query", "")
         self.dimension = int(model.get_embedding_dimension()
                              if hasattr(model, "get_embedding_dimension")
                              else model.get_sentence_embedding_dimension())
-        self._model_lock = threading.Lock()
+        self._turns = Turns()
         self._closed = False
         self.query_cache = QueryCache(query_cache_bytes)
 
+    def token_counts(self, texts: list[str], prompt: str) -> list[int]:
+        """The tokens the model reads of each text (with `prompt`, truncated as it truncates)."""
+        if not texts:
+            return []
+        tokenizer = self.model.tokenizer
+        longest = self.model.max_seq_length or tokenizer.model_max_length
+        ids = tokenizer([prompt + text for text in texts], truncation=True, max_length=longest,
+                        return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+        return [len(row) for row in ids]
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for their turn at the model now."""
+        return self._turns.waiting
+
+    def _batches(self, texts: list[str], prompt: str) -> list[tuple[list[int], int]]:
+        """Positions of `texts` in batches of at most `batch_size` texts and `batch_tokens`
+        padded tokens, each with its padded tokens; longest first, as sentence-transformers
+        orders its own: little padding."""
+        counts = self.token_counts(texts, prompt)
+        batches: list[list[int]] = []
+        for i in sorted(range(len(texts)), key=lambda i: -counts[i]):
+            if not batches or len(batches[-1]) == self.batch_size or \
+                    (len(batches[-1]) + 1) * counts[batches[-1][0]] > self.batch_tokens:
+                batches.append([])
+            batches[-1].append(i)
+        return [(batch, len(batch) * counts[batch[0]]) for batch in batches]
+
     def _encode(self, texts: list[str], prompt: str, show_progress: bool) -> np.ndarray:
         vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        # Longest first, as sentence-transformers orders its own batches: little padding.
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-        starts = range(0, len(texts), self.batch_size)
-        for start in tqdm(starts, disable=not show_progress, unit="batch"):
-            batch = order[start:start + self.batch_size]
-            with self._model_lock:
+        batches = self._batches(texts, prompt)
+        work_left = sum(tokens for _, tokens in batches)
+        for batch, tokens in tqdm(batches, disable=not show_progress, unit="batch"):
+            with self._turns.turn(work_left):
+                work_left -= tokens
                 if self._closed:
                     raise EncoderClosed(f"encoder {self.name} is closed")
                 vectors[batch] = self.model.encode(
@@ -133,7 +164,7 @@ class Encoder:
         """Stop encoding: wait for the batch running now, if any; later calls raise
         `EncoderClosed`."""
         self._closed = True
-        with self._model_lock:
+        with self._turns.turn(0):
             pass
 
     def encode_documents(self, texts: list[str], show_progress: bool = False) -> np.ndarray:
@@ -154,4 +185,5 @@ def load_encoder(cfg: RetrievalConfig) -> Encoder:
     """Resolve, load and wrap the configured model."""
     spec = resolve_model(cfg.model)
     model = load_sentence_transformer(spec, cfg.device, cfg.torch_threads, cfg.dtype)
-    return Encoder(model, spec.name, cfg.batch_size, cfg.query_prompt, cfg.query_cache_bytes)
+    return Encoder(model, spec.name, cfg.batch_size, cfg.batch_tokens, cfg.query_prompt,
+                   cfg.query_cache_bytes)

@@ -40,11 +40,14 @@ class Hit:
 
 @dataclass(frozen=True)
 class SearchFilter:
-    """Which rows a query may return. None means no restriction."""
+    """Which rows a query may return. None means no restriction. `exclude_ids` may be one set
+    shared by every filter of a request (held once, its mask computed once); `also_exclude_ids`
+    are the query's own, applied to a copy of that mask while the query is searched."""
 
     split: str | None = None
     task_types: tuple[str, ...] | None = None
     exclude_ids: frozenset[str] = frozenset()
+    also_exclude_ids: frozenset[str] = frozenset()
 
 
 def top_k_positions(keys: np.ndarray, k: int) -> np.ndarray:
@@ -95,6 +98,19 @@ class SearchIndex:
 
     def allowed(self, flt: SearchFilter) -> np.ndarray:
         """Boolean mask of the rows `flt` admits (unknown names admit nothing)."""
+        return self._without(self._shared_mask(flt), flt.also_exclude_ids)
+
+    def _without(self, mask: np.ndarray, ids: frozenset[str]) -> np.ndarray:
+        """`mask` with the rows of `ids` cleared (a copy when any is; `mask` itself else)."""
+        rows = [self.position[task_id] for task_id in ids if task_id in self.position]
+        if not rows:
+            return mask
+        mask = mask.copy()
+        mask[rows] = False
+        return mask
+
+    def _shared_mask(self, flt: SearchFilter) -> np.ndarray:
+        """The mask of `flt` without its `also_exclude_ids`."""
         mask = np.ones(self.size, dtype=bool)
         if flt.split is not None:
             mask &= self.split_masks.get(flt.split, np.zeros(self.size, dtype=bool))
@@ -116,15 +132,18 @@ class SearchIndex:
 
     def search(self, queries: np.ndarray, k: int, filters: list[SearchFilter],
                order: Order = "most_similar") -> list[list[Hit]]:
-        """Top-k hits for each query vector (row of `queries`), one filter per query."""
+        """Top-k hits for each query vector (row of `queries`), one filter per query. Masks are
+        kept per distinct shared part of the filters (one per request, as the server builds
+        them), never per query: memory stays one mask per shared part plus one working copy."""
         scores = self.scores(queries)
         keys = scores if order == "most_similar" else -scores
         results = []
-        masks: dict[SearchFilter, np.ndarray] = {}
+        shared: dict[tuple, np.ndarray] = {}
         for row_keys, row_scores, flt in zip(keys, scores, filters, strict=True):
-            mask = masks.get(flt)
-            if mask is None:
-                mask = masks[flt] = self.allowed(flt)
+            part = (flt.split, flt.task_types, flt.exclude_ids)
+            if part not in shared:
+                shared[part] = self._shared_mask(flt)
+            mask = self._without(shared[part], flt.also_exclude_ids)
             masked = np.where(mask, row_keys, -np.inf)
             picked = top_k_positions(masked, min(k, int(mask.sum())))
             results.append([self._hit(int(i), float(row_scores[i])) for i in picked])
