@@ -28,7 +28,8 @@ retrieval) serves with:
 
 A stalled connection holds no worker thread (waitress buffers a request until it is complete).
 Errors waitress answers itself (413, malformed or oversized headers: 400 / 431) carry the
-wire's JSON error body (`env.wire.WireError`), like every error the apps answer.
+wire's JSON error body (`env.wire.WireError`), like every error the apps answer; its `field` is
+`body` (413), `headers` (431) or null (400: a request head that cannot be parsed).
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ class _ErrorTask(ErrorTask):
             message = body_too_large_message(self.channel.adj.max_request_body_size - 1)
         else:
             message = f"{error.reason}: {error.body}" if error.body else error.reason
-        field = "body" if error.code == 413 else None
+        field = {413: "body", 431: "headers"}.get(error.code)
         body = WireError(error.code, status_code(error.code), message, field).json_bytes()
         self.status = f"{error.code} {error.reason}"
         self.response_headers.append(("Content-Type", "application/json"))

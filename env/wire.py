@@ -2,12 +2,15 @@
 bodies, string fields.
 
 Owns `WireError` (an HTTP status, a stable machine-readable `code`, a message and the offending
-`field`, answered as `{"error", "message", "field"}`: the one error body of every server, waitress's
-own errors included), `read_json_object` (the body as a JSON object; a string holding a lone
-surrogate is a 400 naming it: `surrogate_field`), `string_field` (a bounded string field, a 400
-naming it otherwise), `body_too_large_message` (the one 413 message), `install_error_handlers`
-(JSON bodies for `WireError` and for Flask's own errors) and `json_app` (a server's Flask app with
-both: its body limit, its JSON keys in the order written). Every client mistake a server sees
+`field`, answered as `{"error", "message", "field"}`: the one error body of every server,
+waitress's own errors included; `field` is always present, null only where no field of the
+request is at fault: no route (404), a method the route lacks (405), a request head waitress
+cannot parse (400), no capacity (503 `no_capacity`), a server stopping (503 `stopping`)),
+`read_json_object` (the body as a JSON object; a string holding a lone surrogate is a 400 naming
+it: `surrogate_field`), `string_field` (a bounded string field, a 400 naming it otherwise),
+`body_too_large_message` (the one 413 message), `install_error_handlers` (JSON bodies for
+`WireError` and for Flask's own errors) and `json_app` (a server's Flask app with both: its body
+limit, its JSON keys in the order written). Every client mistake a server sees
 becomes a `WireError` with a 4xx status, so nothing a client sends reaches a server's logic
 unvalidated. A server's own requests and views live in its package (`alfworld/wire.py`,
 `mind2web/app.py`, `evolving_rl.retrieval.protocol`).
@@ -48,9 +51,7 @@ class WireError(Exception):
         self.field, self.retry_after_s = field, retry_after_s
 
     def json_bytes(self) -> bytes:
-        body: dict[str, Any] = {"error": self.code, "message": self.message}
-        if self.field is not None:
-            body["field"] = self.field
+        body = {"error": self.code, "message": self.message, "field": self.field}
         return json.dumps(body).encode()
 
     def response(self) -> Response:

@@ -8,17 +8,19 @@ from __future__ import annotations
 import importlib
 import json
 import signal
+import socket
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import requests
 
 from env.http_server import STOP_GRACE_S
 from env.launch import free_port, start_server, stop_process
-from tests.fakes.http_app import MAX_BODY
+from tests.fakes.http_app import MAX_BODY, MAX_HEADER_BYTES
 from tests.servers import (
     HOSTILE,
     _closed_by_server,
@@ -103,6 +105,39 @@ def test_one_body_limit_named_alike_by_every_layer(fake):
     for body in (over, iter([over[:100], over[100:]])):  # Content-Length, then chunked
         resp = requests.post(f"{url}/echo", data=body, timeout=10)
         assert resp.status_code == 413 and resp.json() == expected, resp.text
+
+
+def _raw_answer(url: str, request: bytes) -> tuple[int, dict]:
+    """Send `request` as it is (no client library would) and read the one answer."""
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+        sock.sendall(request)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+def test_every_error_body_names_its_field_or_null(fake):
+    """Flask's own errors and waitress's carry `field` too: null where no field is at fault."""
+    _, url = fake
+    no_route = requests.get(f"{url}/nowhere", timeout=10)
+    assert no_route.status_code == 404
+    assert no_route.json() == {"error": "no_such_route", "message": no_route.json()["message"],
+                               "field": None}
+    method = requests.get(f"{url}/echo", timeout=10)
+    assert method.status_code == 405 and method.json()["error"] == "method_not_allowed"
+    assert "field" in method.json() and method.json()["field"] is None
+    host = url.removeprefix("http://").encode()
+    bad_head = b"POST /echo HTTP/1.1\r\nHost: " + host + b"\r\nContent-Length: x\r\n\r\n"
+    status, body = _raw_answer(url, bad_head)
+    assert status == 400 and body["error"] == "bad_request"
+    assert "field" in body and body["field"] is None, body
+    huge = (b"GET /health HTTP/1.1\r\nHost: " + host + b"\r\nX-Pad: "
+            + b"x" * (2 * MAX_HEADER_BYTES) + b"\r\n\r\n")
+    status, body = _raw_answer(url, huge)
+    assert status == 431 and body["error"] == "headers_too_large" and body["field"] == "headers"
 
 
 def test_sigterm_finishes_the_requests_in_flight(tmp_path):

@@ -168,6 +168,8 @@ def test_capacity_gives_503_with_retry_after(servers, alfworld_games):
         assert {i.split("-")[0] for i in ids} == {"0", "1"}  # least-loaded placement
         full = servers.post("/reset", {"game": game})
         assert full.status_code == 503 and int(full.headers["Retry-After"]) >= 1
+        assert full.json() == {"error": "no_capacity", "message": full.json()["message"],
+                               "field": None}  # no field at fault, and said so
         direct = servers.post("/reset", {"game": game}, base=servers.worker_url(0))
         assert direct.status_code == 503 and direct.json()["error"] == "worker_full"
     finally:

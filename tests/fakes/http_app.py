@@ -5,7 +5,8 @@
 
 `/health`; `/echo` (POST: the JSON object back, at most `MAX_BODY` bytes); `/slow?s=X` (answers
 after X seconds: a request in flight). The deadlines can be shortened so tests stay fast, and the
-open-file limit (soft and hard) lowered, as a machine may have it.
+open-file limit (soft and hard) lowered, as a machine may have it. Request heads are limited to
+`MAX_HEADER_BYTES` (waitress answers 431 over it).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from env import http_server
 from env.wire import install_error_handlers, read_json_object
 
 MAX_BODY = 4096
+MAX_HEADER_BYTES = 1024  # small, so that a request over it is read whole in one recv
 
 
 def create_app() -> Flask:
@@ -60,7 +62,8 @@ def main() -> None:
     http_server.HEADERS_TIMEOUT_S = args.headers_timeout
     http_server.REQUEST_TIMEOUT_S = args.request_timeout
     http_server.make_server(create_app(), host="127.0.0.1", port=args.port, threads=args.threads,
-                            max_body_bytes=MAX_BODY, ident="fake").serve()
+                            max_body_bytes=MAX_BODY, ident="fake",
+                            max_request_header_size=MAX_HEADER_BYTES).serve()
 
 
 if __name__ == "__main__":
