@@ -3,7 +3,8 @@ one line (and the checkpoints that exist) before any stored case is read or any 
 resumed evaluation with every case already stored under its key starts no server and loads no
 model, and reports the stored cases; cases of another checkpoint in a folder of the same name,
 another setting, other data, or stored without a key are set aside and not reused; a device
-torch cannot use here stops it with exit 2 before the stored cases are set aside."""
+torch cannot use here stops it with exit 2 before the stored cases are set aside; a truncated
+prepared split stops it with exit 2 and one line naming the file and line."""
 
 from __future__ import annotations
 
@@ -223,3 +224,19 @@ def test_a_finished_evaluation_needs_no_usable_device(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "_services", _refuse)
     outcome = run_evaluation(cfg, spec, _request(tmp_path / "out"), _refuse)
     assert outcome.results["valid_unseen"]["reference"]["eval/cases"] == 8
+
+
+def test_a_truncated_prepared_split_exits_2_with_one_line_naming_file_and_line(tmp_path):
+    cfg_path = _config(tmp_path)
+    split = tmp_path / "prepared" / "valid_unseen.jsonl"
+    lines = split.read_text().splitlines(keepends=True)
+    split.write_text("".join(lines[:2]) + lines[2][:40])  # cut mid-line, as a full disk leaves it
+    result = subprocess.run(
+        ["bash", "scripts/alfworld/eval.sh", "--local", checkpoint_spec(tmp_path / "s").path,
+         "--config", str(cfg_path), "--out", str(tmp_path / "out"), "--splits",
+         "valid_unseen", "--no-servers"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHON": sys.executable})
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert f"{split}:3: invalid JSON" in line

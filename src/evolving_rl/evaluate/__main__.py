@@ -24,7 +24,8 @@ ALFWorld only), or a `--local` folder with no model (the line lists the checkpoi
 or a missing `--tokenizer` folder; all before any stored case is read or any server starts. Exit 2
 also when cases remain to run on a device torch cannot use here (`--device cuda` on a machine
 without CUDA; `retrieval.device` when the servers start here): before the stored cases are set
-aside or anything starts, so the rerun with a usable device resumes them.
+aside or anything starts, so the rerun with a usable device resumes them. Exit 2, with one line
+naming the file and line, when a prepared split does not parse (a truncated file, say).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from evolving_rl.evaluate.runner import (
     run_evaluation,
 )
 from evolving_rl.pipeline.evaluation import EvalProtocol, UnsupportedProtocolError
+from evolving_rl.retrieval.prepared import PreparedDataError
 
 log = logging.getLogger("evolving_rl.evaluate")
 
@@ -108,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         outcome = run_evaluation(cfg, spec, request)
     except (MissingSplitError, MissingCheckpointError, UnsupportedProtocolError,
-            UnusableDeviceError) as error:
+            UnusableDeviceError, PreparedDataError) as error:
         log.error("%s", error)
         return 2
     meta = {"environment": cfg.environment, "policy": spec.describe(), **outcome.key.as_meta(),
