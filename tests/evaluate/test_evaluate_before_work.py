@@ -54,17 +54,21 @@ def _config(tmp_path: Path) -> Path:
     return path
 
 
+def _eval_sh(*args: str, **env: str) -> subprocess.CompletedProcess:
+    """scripts/alfworld/eval.sh with `args`, this interpreter and `env` added."""
+    return subprocess.run(["bash", "scripts/alfworld/eval.sh", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHON": sys.executable, **env})
+
+
 def test_a_missing_local_checkpoint_exits_2_with_one_line_before_any_server(tmp_path):
     saved = tmp_path / "runs" / "local_cpu" / "checkpoints"
     for name in ("step_0001", "step_0003"):
         (saved / name).mkdir(parents=True)
         (saved / name / "config.json").write_text("{}")
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHON": sys.executable}
-    result = subprocess.run(
-        ["bash", "scripts/alfworld/eval.sh", "--local", str(saved / "step_0002"), "--config",
-         str(_config(tmp_path)), "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    result = _eval_sh("--local", str(saved / "step_0002"), "--config", str(_config(tmp_path)),
+                      "--out", str(out))
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert f"no checkpoint at {saved / 'step_0002'} (no config.json)" in line
@@ -168,12 +172,9 @@ def test_a_missing_checkpoint_is_refused_before_its_namesakes_cases_are_read(tmp
     store = _store_every_case(load_config(cfg_path), checkpoint_spec(tmp_path / "step_0003"),
                               out)
     before = store.path.read_bytes()
-    result = subprocess.run(
-        ["bash", "scripts/alfworld/eval.sh", "--local", str(tmp_path / "nope" / "step_0003"),
-         "--config", str(cfg_path), "--out", str(out), "--splits", "valid_unseen",
-         "--repeats", "2"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHON": sys.executable})
+    result = _eval_sh("--local", str(tmp_path / "nope" / "step_0003"), "--config",
+                      str(cfg_path), "--out", str(out), "--splits", "valid_unseen",
+                      "--repeats", "2")
     assert result.returncode == 2, result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert f"no checkpoint at {tmp_path / 'nope' / 'step_0003'} (no config.json)" in line
@@ -189,12 +190,9 @@ def test_an_unusable_device_exits_2_before_the_stored_cases_are_set_aside(tmp_pa
     step = tmp_path / "step_0003"
     store = _store_every_case(load_config(cfg_path), checkpoint_spec(step), out)
     before = store.path.read_bytes()
-    result = subprocess.run(
-        ["bash", "scripts/alfworld/eval.sh", "--local", str(step), "--device", "cuda",
-         "--config", str(cfg_path), "--out", str(out), "--splits", "valid_unseen",
-         "--repeats", "3", "--no-servers"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": ""})
+    result = _eval_sh("--local", str(step), "--device", "cuda", "--config", str(cfg_path),
+                      "--out", str(out), "--splits", "valid_unseen", "--repeats", "3",
+                      "--no-servers", CUDA_VISIBLE_DEVICES="")
     assert result.returncode == 2, result.stderr
     line = result.stderr.strip().splitlines()[-1]  # after the warning that the key differs
     assert "--device: 'cuda' but " in line and line.endswith("--device cpu")
@@ -231,12 +229,8 @@ def test_a_truncated_prepared_split_exits_2_with_one_line_naming_file_and_line(t
     split = tmp_path / "prepared" / "valid_unseen.jsonl"
     lines = split.read_text().splitlines(keepends=True)
     split.write_text("".join(lines[:2]) + lines[2][:40])  # cut mid-line, as a full disk leaves it
-    result = subprocess.run(
-        ["bash", "scripts/alfworld/eval.sh", "--local", checkpoint_spec(tmp_path / "s").path,
-         "--config", str(cfg_path), "--out", str(tmp_path / "out"), "--splits",
-         "valid_unseen", "--no-servers"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHON": sys.executable})
+    result = _eval_sh("--local", checkpoint_spec(tmp_path / "s").path, "--config", str(cfg_path),
+                      "--out", str(tmp_path / "out"), "--splits", "valid_unseen", "--no-servers")
     assert result.returncode == 2, result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert f"{split}:3: invalid JSON" in line
