@@ -20,7 +20,9 @@ largest single value (one page's HTML), never by the file. One row per task:
                   "task_index": N, "n_steps": N, "split": "train"}}
 
 An annotation id with no value, or in two task files, is an error naming both
-(`DuplicateTaskError`); the CLI prints each of these errors as one line and exits 2.
+(`DuplicateTaskError`); a task file that does not parse (truncated, say) is an error naming
+the file and line (`env.json_files.JSONFileError`); the CLI prints each of these errors as one
+line and exits 2.
 `all` is the four splits in that order. Writes are atomic (temp + rename); `manifest.json` holds
 the inputs' sizes and mtimes, and a run whose inputs are unchanged writes nothing.
 
@@ -43,6 +45,7 @@ from pathlib import Path
 import ijson
 from tqdm import tqdm
 
+from env.json_files import JSONFileError, read_json, stream_json
 from env.mind2web.testzip import (
     PASSWORD_ENV,
     TEST_SPLITS,
@@ -130,21 +133,21 @@ def _normalize(text) -> str:
 
 
 def iter_tasks(path: Path, data_root: Path, split: str) -> Iterator[TaskRow]:
-    """The tasks of one JSON list file, streamed event by event."""
+    """The tasks of one JSON list file, streamed event by event (`JSONFileError` naming the
+    file and line where it does not parse)."""
     source = path.relative_to(data_root).as_posix()
     fields: dict[str, str] = {}
     index = n_steps = 0
-    with path.open("rb") as fh:
-        for prefix, event, value in ijson.parse(fh):
-            if prefix in _FIELD_PREFIXES and event in ("string", "number"):
-                fields[_FIELD_PREFIXES[prefix]] = _normalize(value)
-            elif prefix == "item.actions.item" and event == "start_map":
-                n_steps += 1
-            elif prefix == "item" and event == "end_map":
-                yield TaskRow(fields.get("annotation_id", ""), fields.get("confirmed_task", ""),
-                              fields.get("website", ""), fields.get("domain", ""),
-                              fields.get("subdomain", ""), source, index, n_steps, split)
-                fields, index, n_steps = {}, index + 1, 0
+    for prefix, event, value in stream_json(path, ijson.parse):
+        if prefix in _FIELD_PREFIXES and event in ("string", "number"):
+            fields[_FIELD_PREFIXES[prefix]] = _normalize(value)
+        elif prefix == "item.actions.item" and event == "start_map":
+            n_steps += 1
+        elif prefix == "item" and event == "end_map":
+            yield TaskRow(fields.get("annotation_id", ""), fields.get("confirmed_task", ""),
+                          fields.get("website", ""), fields.get("domain", ""),
+                          fields.get("subdomain", ""), source, index, n_steps, split)
+            fields, index, n_steps = {}, index + 1, 0
 
 
 def split_home(data_root: Path) -> Path:
@@ -214,7 +217,13 @@ def _up_to_date(prepared_dir: Path, inputs: list) -> dict | None:
     manifest_path = prepared_dir / "manifest.json"
     if not manifest_path.is_file():
         return None
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    try:
+        manifest = read_json(manifest_path)
+    except JSONFileError as err:
+        logger.warning("%s; preparing again", err)
+        return None
+    if not isinstance(manifest, dict):
+        return None
     present = all((prepared_dir / f"{name}.jsonl").is_file() for name in (*SPLITS, "all"))
     return manifest if present and manifest.get("inputs") == inputs else None
 
@@ -312,7 +321,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         manifest = prepare(data_root, cfg.prepared_dir, os.environ.get(PASSWORD_ENV))
     except (MissingDataError, LinkedDataError, ZipPasswordError, DuplicateSplitError,
-            StaleSplitError, DuplicateTaskError, TwoLayoutsError) as err:
+            StaleSplitError, DuplicateTaskError, TwoLayoutsError, JSONFileError) as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     for name, info in manifest["splits"].items():

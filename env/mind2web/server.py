@@ -4,13 +4,13 @@
 
 Owns start-up and process life: the task store is built (or its on-disk index reused) before the
 port opens, so a healthy server has every task indexed, and data it cannot serve as is (an
-annotation id in two files, prepared splits from files it does not serve or that changed since:
-`TaskDataError`) exits with the message, never healthy; cold page
-snapshots are built by a pool of processes (`mind2web.snapshot_processes`,
-`env.mind2web.snapshot_pool`); `<log_dir>/server-<port>.pid` (keyed by port: servers
-sharing a `log_dir` keep their own) is written once listening and removed at
-exit; a housekeeping thread evicts idle episodes; SIGTERM stops cleanly, the requests in flight
-answered first (`env.http_server.Server.serve`).
+annotation id in two files, prepared splits from files it does not serve or that changed since,
+a task file or prepared manifest that does not parse: `TaskDataError`) exits 2 with the message
+in one line, never healthy; cold page snapshots are built by a pool of processes
+(`mind2web.snapshot_processes`, `env.mind2web.snapshot_pool`); `<log_dir>/server-<port>.pid`
+(keyed by port: servers sharing a `log_dir` keep their own) is written once listening and
+removed at exit; a housekeeping thread evicts idle episodes; SIGTERM stops cleanly, the requests
+in flight answered first (`env.http_server.Server.serve`).
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> None:
         check_prepared(store, cfg.prepared_dir)
     except TaskDataError as err:
         builder.close()
-        raise SystemExit(f"error: {err}") from None
+        logger.error("error: %s", err)
+        raise SystemExit(2) from None
     table: EpisodeTable[Episode] = EpisodeTable(cfg.capacity, cfg.episode_ttl_s,
                                                 cfg.retry_after_s)
     server = make_server(create_app(cfg, store, table), host=cfg.host, port=cfg.port,

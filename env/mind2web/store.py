@@ -1,13 +1,17 @@
 """The env server's task store: Mind2Web task files under the data root, indexed once on disk.
 
-Owns finding and loading tasks. At start every `*.json` task list under the data root is streamed
-once with ijson (never loaded whole) into a compact JSON-lines copy with byte offsets in the
-server's own cache folder (`mind2web.server_cache_dir`), reused while the source's size and mtime
-are unchanged. An annotation id found twice (in two files, or twice in one) raises
-`TaskDataError` naming both places, so a stray copy is never served in place of the original.
+Owns finding and loading tasks. At start every task file of the split folders under the data root
+(`<root>/data/<split>/*.json` or `<root>/<split>/*.json`, as `env.mind2web.prepare` reads them;
+no other JSON file under the root) is streamed once with ijson (never loaded whole) into a
+compact JSON-lines copy with byte offsets in the server's own cache folder
+(`mind2web.server_cache_dir`), reused while the source's size and mtime are unchanged. A task
+file that does not parse (truncated, say) or is no task list, and an annotation id found twice
+(in two files, or twice in one), raise `TaskDataError` naming the file and line, or both places,
+so a stray copy is never served in place of the original.
 Symbolic links are not followed (a linked folder or file under the root is logged and not
 served, wherever it points: `env.mind2web.prepare` refuses them alike), and `check_prepared`
-stops a server whose tasks do not cover, unchanged, the files the prepared splits came from.
+stops a server whose tasks do not cover, unchanged, the files the prepared splits came from (or
+whose prepared `manifest.json` does not parse: named with its line).
 A task is named by annotation id, or by (file relative to the root, index): a file
 outside the root (`../`, absolute, symlinked out) gets one fixed message decided before anything
 is looked up, and only indexed files are ever opened, so an answer never reveals what exists
@@ -32,6 +36,8 @@ from typing import Any
 import ijson
 from tqdm import tqdm
 
+from env.json_files import JSONFileError, read_json, stream_json
+from env.mind2web.prepare import SPLITS, split_home
 from env.mind2web.snapshot import Snapshot, build_snapshot, clean
 from env.mind2web.validate import GoldStep
 from env.wire import WireError
@@ -138,8 +144,8 @@ def _index_file(source: Path, rel: str, cache_dir: Path) -> tuple[_Indexed, list
     offsets, ids, position = [], [], 0
     partial = lines.with_suffix(f".{os.getpid()}.tmp")
     try:
-        with source.open("rb") as src, partial.open("wb") as out:
-            for task in ijson.items(src, "item", use_float=True):
+        with partial.open("wb") as out:
+            for task in stream_json(source, lambda fh: ijson.items(fh, "item", use_float=True)):
                 row = (json.dumps(_compact(task), ensure_ascii=False) + "\n").encode()
                 out.write(row)
                 offsets.append((position, position + len(row)))
@@ -156,18 +162,20 @@ def _index_file(source: Path, rel: str, cache_dir: Path) -> tuple[_Indexed, list
 
 
 def _task_files(root: Path) -> list[Path]:
-    """Every `*.json` under `root`, in path order, reached without following a symbolic link
-    (a linked folder or file is logged and left out, wherever it points)."""
+    """The task files of the split folders (`<root>/data/<split>/*.json`, or
+    `<root>/<split>/*.json`: `env.mind2web.prepare.split_home`), in path order, reached without
+    following a symbolic link (a linked folder or file is logged and left out, wherever it
+    points). Other JSON files under the root (a manifest, notes) are no task files."""
+    home = split_home(root)
     found = []
-    for folder, dirs, files in os.walk(root):
-        for name in sorted(dirs):
-            if (Path(folder) / name).is_symlink():
-                logger.warning("not following the symbolic link %s", Path(folder) / name)
-        for name in files:
-            path = Path(folder) / name
-            if name.endswith(".json") and path.is_symlink():
+    for folder in [home / split for split in SPLITS]:
+        if folder.is_symlink() or (home != root and home.is_symlink()):
+            logger.warning("not following the symbolic link %s", folder)
+            continue
+        for path in folder.glob("*.json"):
+            if path.is_symlink():
                 logger.warning("not following the symbolic link %s", path)
-            elif name.endswith(".json"):
+            elif path.is_file():
                 found.append(path)
     return sorted(found)
 
@@ -181,7 +189,10 @@ def check_prepared(store: TaskStore, prepared_dir: str | Path) -> None:
         logger.warning("no %s: the prepared splits are not checked against the tasks",
                        manifest_path)
         return
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    try:
+        manifest = read_json(manifest_path)
+    except JSONFileError as err:
+        raise TaskDataError(f"{err}: run scripts/web/prepare_data.sh again") from None
     if Path(manifest["data_root"]) != store.root:
         raise TaskDataError(f"{prepared_dir} was prepared from {manifest['data_root']} but the "
                             f"server serves {store.root}: prepare that root or serve that one")
@@ -211,9 +222,10 @@ class TaskStore:
             rel = source.relative_to(self.root).as_posix()
             try:
                 indexed, ids = _index_file(source, rel, cache)
-            except (ijson.JSONError, ValueError, AttributeError) as err:
-                logger.warning("skipping %s: not a Mind2Web task list (%s)", rel, err)
-                continue
+            except JSONFileError as err:
+                raise TaskDataError(str(err)) from None
+            except (AttributeError, TypeError) as err:
+                raise TaskDataError(f"{source}: not a Mind2Web task list ({err})") from None
             self._files[rel] = indexed
             self._add_ids(rel, ids)
         self._tasks = LRU(task_cache_size, self._read)

@@ -28,6 +28,7 @@ from env.mind2web.server import log_file, pid_file
 from env.mind2web.snapshot import build_snapshot
 from env.mind2web.store import LRU, OUTSIDE, TaskDataError, TaskStore, check_prepared
 from env.mind2web.validate import GoldStep, expected_refs
+from env.wire import WireError
 from evolving_rl.config import Config, parse_config
 from evolving_rl.domains.mind2web_metrics import REFERENCE_FALLBACK
 from tests.servers import (
@@ -344,17 +345,15 @@ def test_lru_keeps_the_most_recent(tmp_path):
 
 def test_index_is_built_once_and_rebuilt_when_the_source_changes(mind2web_generated, tmp_path):
     root = tmp_path / "root"
-    (root / "data").mkdir(parents=True)
+    (root / "data" / "train").mkdir(parents=True)
     source = next(p for p in mind2web_generated.files if p.suffix == ".json")
-    target = root / "data" / source.name
+    target = root / "data" / "train" / source.name
     target.write_bytes(source.read_bytes())
-    (root / "data" / "notes.json").write_text('{"not": "a task list"}')
-    (root / "data" / "broken.json").write_text('[{"annotation_id": ')
     first = TaskStore(root, tmp_path / "cache", 4, 4)
     count = len(json.loads(source.read_text()))
     assert len(first) == count
     built = {p: p.stat().st_mtime_ns for p in (tmp_path / "cache").iterdir()}
-    assert len(built) == 4 and not list((tmp_path / "cache").glob("*.tmp"))
+    assert len(built) == 2 and not list((tmp_path / "cache").glob("*.tmp"))  # lines, offsets
     assert len(TaskStore(root, tmp_path / "cache", 4, 4)) == count
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "cache").iterdir()} == built
     tasks = json.loads(source.read_text())
@@ -368,24 +367,68 @@ def test_index_is_built_once_and_rebuilt_when_the_source_changes(mind2web_genera
 def test_a_task_id_in_two_files_stops_the_store_naming_both(mind2web_prepared, tmp_path):
     root = Path(shutil.copytree(mind2web_prepared.root, tmp_path / "root"))
     train = sorted((root / "data" / "train").glob("*.json"))[0]
-    (root / "data" / "a_backup").mkdir()
-    shutil.copy(train, root / "data" / "a_backup" / train.name)
-    with pytest.raises(TaskDataError, match=f"data/a_backup/{train.name} and "
+    shutil.copy(train, root / "data" / "test_task" / train.name)
+    with pytest.raises(TaskDataError, match=f"data/test_task/{train.name} and "
                                             f"data/train/{train.name}"):
         TaskStore(root, tmp_path / "cache", 4, 4)
 
 
-def test_a_server_over_duplicate_ids_never_gets_healthy(mind2web_prepared, tmp_path):
+def test_only_the_split_folders_hold_task_files(mind2web_prepared, tmp_path):
+    """A JSON list of tasks elsewhere under the root (a backup, notes, a manifest) is no task
+    file: not served, not a duplicate."""
     root = Path(shutil.copytree(mind2web_prepared.root, tmp_path / "root"))
+    count = len(TaskStore(root, tmp_path / "cache", 4, 4))
+    train = sorted((root / "data" / "train").glob("*.json"))[0]
     shutil.copytree(root / "data" / "train", root / "data" / "a_backup")
+    (root / "notes.json").write_text(json.dumps([{"annotation_id": "note-1", "actions": []}]))
+    (root / "data" / "broken.json").write_text('[{"annotation_id": ')
+    store = TaskStore(root, tmp_path / "cache", 4, 4)
+    assert len(store) == count
+    for name in ("notes.json", f"data/a_backup/{train.name}"):
+        with pytest.raises(WireError, match="no task file of that name"):
+            store.locate_file(name, 0)
+
+
+def _start_refused(root: Path, tmp_path: Path, prepared_dir: Path) -> str:
+    """A server over `root` must exit 2 before it is healthy; the error line of its log."""
     values = {"data_root": str(root), "port": free_port(), "log_dir": str(tmp_path / "logs"),
-              "prepared_dir": str(tmp_path / "no_prepared"),
+              "prepared_dir": str(prepared_dir),
               "server_cache_dir": str(tmp_path / "cache"), "start_timeout_s": 120}
     cfg = parse_config({"environment": "mind2web", "mind2web": values})
-    with pytest.raises(LaunchError, match="exited with code 1"):
+    with pytest.raises(LaunchError, match="exited with code 2"):
         launch.start(cfg)
     log = log_file(cfg.mind2web).read_text()
-    assert "error: task " in log and "data/a_backup/" in log and "data/train/" in log
+    assert "Traceback" not in log, log
+    (line,) = [line for line in log.splitlines() if "error" in line.lower()]
+    return line
+
+
+def test_a_server_over_duplicate_ids_never_gets_healthy(mind2web_prepared, tmp_path):
+    root = Path(shutil.copytree(mind2web_prepared.root, tmp_path / "root"))
+    train = sorted((root / "data" / "train").glob("*.json"))[0]
+    shutil.copy(train, root / "data" / "test_task" / train.name)
+    line = _start_refused(root, tmp_path, tmp_path / "no_prepared")
+    assert "error: task " in line and "data/test_task/" in line and "data/train/" in line
+
+
+def test_a_truncated_task_file_stops_the_server_naming_file_and_line(mind2web_prepared,
+                                                                     tmp_path):
+    root = Path(shutil.copytree(mind2web_prepared.root, tmp_path / "root"))
+    train = sorted((root / "data" / "train").glob("*.json"))[0]
+    text = json.dumps(json.loads(train.read_text()), indent=1)
+    cut = text[:len(text) // 2]
+    train.write_text(cut)
+    line = _start_refused(root, tmp_path, tmp_path / "no_prepared")
+    assert f"{train}:{cut.count(chr(10)) + 1}: invalid JSON" in line, line
+
+
+def test_a_truncated_manifest_stops_the_server_naming_file_and_line(mind2web_prepared, tmp_path):
+    root, prepared = _copy_and_prepare(mind2web_prepared, tmp_path)
+    manifest = prepared / "manifest.json"
+    text = manifest.read_text()
+    manifest.write_text(text[:len(text) // 2])
+    line = _start_refused(root, tmp_path, prepared)
+    assert f"{manifest}:" in line and "invalid JSON" in line and "prepare_data.sh" in line, line
 
 
 def _copy_and_prepare(mind2web_prepared, tmp_path: Path) -> tuple[Path, Path]:

@@ -294,21 +294,38 @@ def test_the_main_job_prepares_the_root_layout_instead_of_generating(fresh_root,
     assert len(train) == mind2web_generated.counts["train"]
 
 
-def test_duplicate_ids_stop_prepare_data_sh_with_one_line_naming_both_files(fresh_root, tmp_path,
-                                                                            mind2web_spec):
-    train = sorted((fresh_root / "data" / "train").glob("*.json"))[0]
-    shutil.copy(train, fresh_root / "data" / "train" / f"zz_copy_{train.name}")
+def _refused_by_prepare_data_sh(root: Path, tmp_path: Path, password: str) -> str:
+    """scripts/web/prepare_data.sh over `root` in a sandbox: it must exit 2 without a
+    traceback and with one error line, its last; that line."""
     box = DataSandbox(tmp_path / "box", "web", ROOT / "configs" / "web.yaml")
     env = {k: v for k, v in os.environ.items() if k not in DATA_VARIABLES}
-    env.update(VENV=str(Path(sys.executable).parent.parent),
-               **{PASSWORD_ENV: mind2web_spec.password})
-    done = subprocess.run(["bash", "scripts/web/prepare_data.sh", "--data-root", str(fresh_root)],
+    env.update(VENV=str(Path(sys.executable).parent.parent), **{PASSWORD_ENV: password})
+    done = subprocess.run(["bash", "scripts/web/prepare_data.sh", "--data-root", str(root)],
                           cwd=box.root, env=env, capture_output=True, text=True, timeout=300)
     errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert errors == [done.stderr.splitlines()[-1]], done.stderr
-    assert f"data/train/{train.name} (task 0)" in errors[0], errors
-    assert f"data/train/zz_copy_{train.name} (task 0)" in errors[0], errors
+    return errors[0]
+
+
+def test_duplicate_ids_stop_prepare_data_sh_with_one_line_naming_both_files(fresh_root, tmp_path,
+                                                                            mind2web_spec):
+    train = sorted((fresh_root / "data" / "train").glob("*.json"))[0]
+    shutil.copy(train, fresh_root / "data" / "train" / f"zz_copy_{train.name}")
+    error = _refused_by_prepare_data_sh(fresh_root, tmp_path, mind2web_spec.password)
+    assert f"data/train/{train.name} (task 0)" in error, error
+    assert f"data/train/zz_copy_{train.name} (task 0)" in error, error
+
+
+def test_a_truncated_task_file_stops_prepare_data_sh_with_one_line_naming_file_and_line(
+        fresh_root, tmp_path, mind2web_spec):
+    train = sorted((fresh_root / "data" / "train").glob("*.json"))[0]
+    text = json.dumps(json.loads(train.read_text()), indent=1)  # many lines, as published
+    cut = text[:len(text) // 2]
+    train.write_text(cut)
+    error = _refused_by_prepare_data_sh(fresh_root, tmp_path, mind2web_spec.password)
+    line = cut.count("\n") + 1
+    assert f"{train}:{line}: invalid JSON" in error and "truncated" in error, error
 
 
 def test_split_folders_both_at_the_root_and_in_data_are_refused(fresh_root, tmp_path,
@@ -330,3 +347,4 @@ def test_test_splits_extracted_earlier_are_used_with_a_warning_when_no_zip_is_le
     [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warning.startswith("no test zip found: using ") and "extracted earlier" in warning
     assert all(str(fresh_root / "data" / split) in warning for split in SPLITS[1:])
+
