@@ -17,12 +17,12 @@ from flask import Flask, Response, jsonify
 
 from env.episodes import EpisodeTable
 from env.mind2web.episodes import MODES, Episode, result_json
+from env.mind2web.prepare import MAX_ID_CHARS
 from env.mind2web.store import TaskKey, TaskStore
 from env.mind2web.validate import OPS, Action
 from env.wire import WireError, bad_field, json_app, read_json_object, string_field
 from evolving_rl.config.schema import Mind2WebConfig
 
-MAX_ID_CHARS = 256
 MAX_FILE_CHARS = 1024
 MAX_VALUE_CHARS = 2000
 REF = re.compile(r"e[1-9][0-9]{0,6}", re.ASCII)  # matched whole; ASCII digits only

@@ -20,9 +20,10 @@ largest single value (one page's HTML), never by the file. One row per task:
                   "task_index": N, "n_steps": N, "split": "train"}}
 
 An annotation id with no value, or in two task files, is an error naming both
-(`DuplicateTaskError`); a task file that does not parse (truncated, say) is an error naming
-the file and line (`env.json_files.JSONFileError`); the CLI prints each of these errors as one
-line and exits 2.
+(`DuplicateTaskError`); so is one longer than the env server takes (`MAX_ID_CHARS`: every reset
+by it would be refused), naming the task (`TaskIdError`); a task file that does not parse
+(truncated, say) is an error naming the file and line (`env.json_files.JSONFileError`); the CLI
+prints each of these errors as one line and exits 2.
 `all` is the four splits in that order. Writes are atomic (temp + rename); `manifest.json` holds
 the inputs' sizes and mtimes, and a run whose inputs are unchanged writes nothing.
 
@@ -61,6 +62,7 @@ from evolving_rl.config import load_config
 logger = logging.getLogger(__name__)
 
 SPLITS = ("train", *TEST_SPLITS)
+MAX_ID_CHARS = 256  # the longest annotation id the env server takes (`env.mind2web.app`)
 DATA_ENV = "MIND2WEB_DATA"
 _FIELDS = ("annotation_id", "website", "domain", "subdomain", "confirmed_task")
 _FIELD_PREFIXES = {f"item.{name}": name for name in _FIELDS}
@@ -80,6 +82,10 @@ class LinkedDataError(ValueError):
 
 class DuplicateTaskError(ValueError):
     """An annotation id is missing, or in two task files (or twice in one)."""
+
+
+class TaskIdError(ValueError):
+    """An annotation id the env server would refuse (longer than `MAX_ID_CHARS`)."""
 
 
 class TwoLayoutsError(ValueError):
@@ -254,10 +260,16 @@ def _write_splits(data_root: Path, prepared_dir: Path, files: dict[str, list[Pat
 
 
 def _check_id(row: TaskRow, seen: dict[str, str], data_root: Path) -> None:
-    """`DuplicateTaskError` for a row without an id or with one already `seen` (id -> where)."""
+    """`DuplicateTaskError` for a row without an id or with one already `seen` (id -> where);
+    `TaskIdError` for an id longer than the env server takes."""
     where = f"{row.source_file} (task {row.task_index})"
     if not row.annotation_id:
         raise DuplicateTaskError(f"{where} under {data_root} has no annotation_id")
+    if len(row.annotation_id) > MAX_ID_CHARS:
+        raise TaskIdError(
+            f"{where} under {data_root} has an annotation_id of {len(row.annotation_id)} "
+            f"characters ({row.annotation_id[:40]}...): the env server takes at most "
+            f"{MAX_ID_CHARS}, so no reset by it could succeed; shorten it")
     if row.annotation_id in seen:
         raise DuplicateTaskError(
             f"task {row.annotation_id} is in both {seen[row.annotation_id]} and {where} under "
@@ -321,7 +333,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         manifest = prepare(data_root, cfg.prepared_dir, os.environ.get(PASSWORD_ENV))
     except (MissingDataError, LinkedDataError, ZipPasswordError, DuplicateSplitError,
-            StaleSplitError, DuplicateTaskError, TwoLayoutsError, JSONFileError) as err:
+            StaleSplitError, DuplicateTaskError, TaskIdError, TwoLayoutsError,
+            JSONFileError) as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     for name, info in manifest["splits"].items():

@@ -16,6 +16,7 @@ import pytest
 from env.mind2web import service, testzip, unzip_tool
 from env.mind2web.generate import GenerateSpec, generate
 from env.mind2web.prepare import (
+    MAX_ID_CHARS,
     SPLITS,
     EmptySplitError,
     LinkedDataError,
@@ -348,3 +349,16 @@ def test_test_splits_extracted_earlier_are_used_with_a_warning_when_no_zip_is_le
     assert warning.startswith("no test zip found: using ") and "extracted earlier" in warning
     assert all(str(fresh_root / "data" / split) in warning for split in SPLITS[1:])
 
+
+def test_an_id_the_server_would_refuse_stops_prepare_data_sh_naming_the_task(fresh_root,
+                                                                             tmp_path,
+                                                                             mind2web_spec):
+    train = sorted((fresh_root / "data" / "train").glob("*.json"))[0]
+    tasks = json.loads(train.read_text())
+    tasks[1]["annotation_id"] = "x" * (MAX_ID_CHARS + 44)  # 300 characters
+    train.write_text(json.dumps(tasks))
+    error = _refused_by_prepare_data_sh(fresh_root, tmp_path, mind2web_spec.password)
+    assert f"data/train/{train.name} (task 1)" in error and "300 characters" in error, error
+    tasks[1]["annotation_id"] = "y" * MAX_ID_CHARS  # at the limit: the server takes it
+    train.write_text(json.dumps(tasks))
+    prepare(fresh_root, tmp_path / "prepared", mind2web_spec.password)
