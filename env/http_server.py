@@ -195,15 +195,19 @@ class Server:
         self._stopping.set()
         self.listeners[0].pull_trigger()
 
-    def serve(self) -> None:
-        """Serve until `stop` (SIGTERM calls it, in the main thread), then finish the requests in
-        flight for up to `STOP_GRACE_S` and close everything."""
+    def serve(self, on_stop: Callable[[], None] | None = None) -> None:
+        """Serve until `stop` (SIGTERM calls it, in the main thread), then call `on_stop` (what
+        the app must do for its requests in flight to end within the grace: retrieval refuses
+        the model's next batches), finish the requests in flight for up to `STOP_GRACE_S` and
+        close everything."""
         previous = None
         if threading.current_thread() is threading.main_thread():
             previous = signal.signal(signal.SIGTERM, lambda *_: self.stop())
         try:
             while not self._stopping.is_set():
                 wasyncore.poll2(_POLL_S, self.map)
+            if on_stop is not None:
+                on_stop()
             self._drain()
         finally:
             self.dispatcher.shutdown(timeout=1)

@@ -177,4 +177,4 @@ def test_sigterm_stops_within_the_grace_when_a_request_outlasts_it(tmp_path):
 def test_every_server_serves_with_the_scaffolds_stop(module):
     """What the tests above show of the scaffold holds for each server: each runs `serve`."""
     source = Path(importlib.import_module(module).__file__).read_text(encoding="utf-8")
-    assert "make_server(" in source and ".serve()" in source and ".run()" not in source
+    assert "make_server(" in source and ".serve(" in source and ".run()" not in source

@@ -6,10 +6,12 @@ Owns start-up order and refusal: the cache is read first and its model compared 
 configured one before the model is loaded, so a cache built with another model (or holding a
 question longer than `retrieval.max_query_chars`, which no client could then send) stops the
 process with a clear message and exit code 2. Writes `<log_dir>/retrieval-<port>.pid` and logs
-to `<log_dir>/retrieval-<port>.log`; SIGTERM shuts down cleanly (the requests in flight answered
-first: `env.http_server.Server.serve`), then closes the encoder, waiting for the batch it runs
-(a request that outlasted the grace may still be encoding: the interpreter must not exit under a
-thread in native code, which aborts the process), and removes the PID file.
+to `<log_dir>/retrieval-<port>.log`; SIGTERM shuts down cleanly: the encoder first refuses every
+batch not started (`Encoder.stop`: a request waiting for the model, or with batches left, is
+answered 503 `stopping` at once; one whose last batch runs gets its result), so that every
+request received is answered within the stop's grace (`env.http_server.Server.serve`); then it
+closes the encoder, waiting for the batch it runs (the interpreter must not exit under a thread
+in native code, which aborts the process), and removes the PID file.
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     logger.info("serving %d tasks (%s, %d-d) on http://%s:%d with %d threads; config %s",
                 index.size, index.model, index.dimension, cfg.host, cfg.port,
                 cfg.threads, dataclasses.asdict(cfg))
-    server.serve()
+    server.serve(on_stop=encoder.stop)
     logger.info("closing the encoder (waiting for the batch it encodes, if any)")
     encoder.close()
     logger.info("retrieval server on port %d stopped", cfg.port)

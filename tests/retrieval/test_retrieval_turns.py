@@ -1,5 +1,6 @@
 """Turns at the encoder's model: a small request is not starved by large ones (no model: a fake
-whose `encode` the test holds), and the work one request may ask is bounded."""
+whose `encode` the test holds), the work one request may ask is bounded, and closing the turns
+answers every waiter at once while the turn held runs on."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 import numpy as np
 
 from evolving_rl.retrieval.encoder import Encoder
-from evolving_rl.retrieval.turns import Turns
+from evolving_rl.retrieval.turns import Turns, TurnsClosed
 
 WAIT_S = 30.0
 
@@ -46,6 +47,41 @@ def test_the_waiter_with_least_work_left_goes_first_ties_by_arrival():
     for thread in threads:
         thread.join(WAIT_S)
     assert order == ["small", "small too", "big"]
+
+
+def test_close_refuses_the_waiters_at_once_and_lets_the_turn_held_run_on():
+    turns, outcome = Turns(), {}
+    started, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with turns.turn(10):
+            started.set()
+            release.wait(WAIT_S)
+            outcome["holder"] = "ran"
+
+    def waiter(name: str) -> None:
+        try:
+            with turns.turn(1):
+                outcome[name] = "ran"
+        except TurnsClosed:
+            outcome[name] = "refused"
+
+    threads = [threading.Thread(target=holder)]
+    threads[0].start()
+    started.wait(WAIT_S)
+    for i, name in enumerate(("a", "b")):
+        threads.append(threading.Thread(target=waiter, args=(name,)))
+        threads[-1].start()
+        _until(lambda i=i: turns.waiting == i + 1)
+    turns.close()
+    for thread in threads[1:]:
+        thread.join(WAIT_S)
+    assert outcome == {"a": "refused", "b": "refused"} and turns.waiting == 0  # turn still held
+    release.set()
+    turns.wait_idle()
+    assert outcome["holder"] == "ran"
+    waiter("late")
+    assert outcome["late"] == "refused"
 
 
 class HeldModel:

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from evolving_rl.config.schema import RetrievalConfig
 from evolving_rl.retrieval.query_cache import QueryCache
-from evolving_rl.retrieval.turns import Turns
+from evolving_rl.retrieval.turns import Turns, TurnsClosed
 
 logger = logging.getLogger(__name__)
 
@@ -97,9 +97,11 @@ class Encoder:
     batch at a time: at most `batch_size` texts and `batch_tokens` tokens, padding included (a
     text longer than that is a batch of its own). Requests take turns batch by batch, the one
     with the fewest tokens left first (`turns.Turns`): a small request waits for the batch
-    running now, however large the requests running beside it are. `close` waits for one batch
-    at most: after it no thread runs the model, and the interpreter can exit without a thread
-    returning from native code under it (which aborts the process). Encoded queries are kept in
+    running now, however large the requests running beside it are. `stop` refuses every batch
+    not started yet: the requests waiting for the model raise `EncoderClosed` at once, the batch
+    running now runs on. `close` stops and waits for that batch: after it no thread runs the
+    model, and the interpreter can exit without a thread returning from native code under it
+    (which aborts the process). Encoded queries are kept in
     a `QueryCache` bounded by bytes, so repeated queries cost a dictionary lookup.
     """
 
@@ -115,7 +117,6 @@ class Encoder:
                              if hasattr(model, "get_embedding_dimension")
                              else model.get_sentence_embedding_dimension())
         self._turns = Turns()
-        self._closed = False
         self.query_cache = QueryCache(query_cache_bytes)
 
     def token_counts(self, texts: list[str], prompt: str) -> list[int]:
@@ -150,22 +151,27 @@ class Encoder:
         vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
         batches = self._batches(texts, prompt)
         work_left = sum(tokens for _, tokens in batches)
-        for batch, tokens in tqdm(batches, disable=not show_progress, unit="batch"):
-            with self._turns.turn(work_left):
-                work_left -= tokens
-                if self._closed:
-                    raise EncoderClosed(f"encoder {self.name} is closed")
-                vectors[batch] = self.model.encode(
-                    [texts[i] for i in batch], batch_size=self.batch_size, prompt=prompt,
-                    convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False)
+        try:
+            for batch, tokens in tqdm(batches, disable=not show_progress, unit="batch"):
+                with self._turns.turn(work_left):
+                    work_left -= tokens
+                    vectors[batch] = self.model.encode(
+                        [texts[i] for i in batch], batch_size=self.batch_size, prompt=prompt,
+                        convert_to_numpy=True, normalize_embeddings=True,
+                        show_progress_bar=False)
+        except TurnsClosed:
+            raise EncoderClosed(f"encoder {self.name} is closed") from None
         return vectors
 
+    def stop(self) -> None:
+        """Refuse every batch not started yet (`EncoderClosed`, at once for the requests
+        waiting); the batch running now runs on. Safe from any thread, returns at once."""
+        self._turns.close()
+
     def close(self) -> None:
-        """Stop encoding: wait for the batch running now, if any; later calls raise
-        `EncoderClosed`."""
-        self._closed = True
-        with self._turns.turn(0):
-            pass
+        """`stop`, then wait for the batch running now, if any."""
+        self.stop()
+        self._turns.wait_idle()
 
     def encode_documents(self, texts: list[str], show_progress: bool = False) -> np.ndarray:
         """Embed index documents (no prompt)."""
