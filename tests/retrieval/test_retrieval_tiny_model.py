@@ -97,16 +97,18 @@ def test_missing_model_folder_is_a_clear_error(tmp_path):
 
 def test_weights_load_in_bfloat16_on_a_gpu_unless_told_otherwise():
     assert weights_dtype("cuda", "auto") == weights_dtype("cuda:7", "auto") == "bfloat16"
-    assert weights_dtype("cpu", "auto") == "float32"
+    assert weights_dtype("cpu", "auto") == weights_dtype("cpu:1", "auto") == "float32"
     assert weights_dtype("cuda", "float32") == "float32"
 
 
-@pytest.mark.parametrize(("dtype", "expected"), [("auto", "float32"), ("bfloat16", "bfloat16")])
+@pytest.mark.parametrize(("device", "dtype", "expected"), [
+    ("cpu", "auto", "float32"), ("cpu:0", "auto", "float32"), ("cpu", "bfloat16", "bfloat16")])
 def test_the_configured_dtype_is_the_weights_dtype(tmp_path, tiny_model, prepared_dir,
-                                                   make_config, dtype, expected):
+                                                   make_config, device, dtype, expected):
     import torch
 
-    cfg = load_config(make_config(tmp_path, prepared_dir, model=str(tiny_model), dtype=dtype))
+    cfg = load_config(make_config(tmp_path, prepared_dir, model=str(tiny_model), dtype=dtype,
+                                  device=device))
     encoder = load_encoder(cfg.retrieval)
     assert {p.dtype for p in encoder.model.parameters()} == {getattr(torch, expected)}
     vector = encoder.encode_queries(["put a clean mug in coffeemachine."])[0]

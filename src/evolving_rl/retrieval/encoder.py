@@ -59,10 +59,11 @@ def resolve_model(model: str) -> ModelSpec:
 
 
 def weights_dtype(device: str, dtype: str) -> str:
-    """The torch dtype name to load in: `dtype`, or for "auto" bfloat16 on a GPU, else float32."""
+    """The torch dtype name to load in: `dtype`, or for "auto" float32 on the CPU (`cpu` or
+    `cpu:N`), else (a GPU) bfloat16."""
     if dtype != "auto":
         return dtype
-    return "float32" if device == "cpu" else "bfloat16"
+    return "float32" if device.partition(":")[0] == "cpu" else "bfloat16"
 
 
 def load_sentence_transformer(spec: ModelSpec, device: str, torch_threads: int,
