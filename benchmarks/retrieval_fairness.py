@@ -102,16 +102,22 @@ def wait_for_large_clients(url: str, answered: list[int], timeout_s: float = 600
         time.sleep(0.05)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
+def large_request_parser(doc: str) -> argparse.ArgumentParser:
+    """The arguments of a benchmark of large requests: config, index size, request tokens."""
+    parser = argparse.ArgumentParser(description=doc,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/local_cpu.yaml")
     parser.add_argument("--n-tasks", type=int, default=500)
-    parser.add_argument("--small", type=int, default=40, help="one-query requests per run")
     parser.add_argument("--large-tokens", type=int, default=0,
                         help="tokens of each large request (0: retrieval.max_request_tokens)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE", help="override a config key")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = large_request_parser(__doc__)
+    parser.add_argument("--small", type=int, default=40, help="one-query requests per run")
     args = parse_with_tiny(parser, argv, TINY)
     with tempfile.TemporaryDirectory(prefix="retrieval-fairness-") as tmp:
         cfg = fairness_config(args.config, Path(tmp), args.n_tasks, args.overrides)
