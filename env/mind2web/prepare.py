@@ -25,7 +25,9 @@ by it would be refused), naming the task (`TaskIdError`); a task file that does 
 (truncated, say) is an error naming the file and line (`env.json_files.JSONFileError`); the CLI
 prints each of these errors as one line and exits 2.
 `all` is the four splits in that order. Writes are atomic (temp + rename); `manifest.json` holds
-the inputs' sizes and mtimes, and a run whose inputs are unchanged writes nothing.
+the inputs' sizes and mtimes and the id limit they were checked against, and a run whose inputs
+and limit are unchanged writes nothing (splits prepared before the limit was checked are
+prepared again, so their ids are).
 
     MIND2WEB_ZIP_PASSWORD=... python -m env.mind2web.prepare --config configs/web.yaml
 """
@@ -228,8 +230,8 @@ def _up_to_date(prepared_dir: Path, inputs: list) -> dict | None:
     except JSONFileError as err:
         logger.warning("%s; preparing again", err)
         return None
-    if not isinstance(manifest, dict):
-        return None
+    if not isinstance(manifest, dict) or manifest.get("max_id_chars") != MAX_ID_CHARS:
+        return None  # written before the ids were checked against this limit: check them now
     present = all((prepared_dir / f"{name}.jsonl").is_file() for name in (*SPLITS, "all"))
     return manifest if present and manifest.get("inputs") == inputs else None
 
@@ -315,7 +317,8 @@ def prepare(data_root: str | Path, prepared_dir: str | Path, password: str | Non
         raise
     for name in names:
         os.replace(_tmp(prepared_dir / f"{name}.jsonl"), prepared_dir / f"{name}.jsonl")
-    manifest = {"data_root": str(data_root), "inputs": inputs, "splits": splits}
+    manifest = {"data_root": str(data_root), "inputs": inputs, "max_id_chars": MAX_ID_CHARS,
+                "splits": splits}
     _tmp(prepared_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     os.replace(_tmp(prepared_dir / "manifest.json"), prepared_dir / "manifest.json")
     return manifest

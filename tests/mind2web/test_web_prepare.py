@@ -362,3 +362,17 @@ def test_an_id_the_server_would_refuse_stops_prepare_data_sh_naming_the_task(fre
     tasks[1]["annotation_id"] = "y" * MAX_ID_CHARS  # at the limit: the server takes it
     train.write_text(json.dumps(tasks))
     prepare(fresh_root, tmp_path / "prepared", mind2web_spec.password)
+
+
+def test_splits_prepared_before_the_id_limit_was_checked_are_prepared_again(fresh_root,
+                                                                              tmp_path,
+                                                                              mind2web_spec):
+    prepared = tmp_path / "prepared"
+    prepare(fresh_root, prepared, password=mind2web_spec.password)
+    first = outputs(prepared)
+    manifest = json.loads((prepared / "manifest.json").read_text())
+    del manifest["max_id_chars"]  # as an earlier version wrote it
+    (prepared / "manifest.json").write_text(json.dumps(manifest))
+    prepare(fresh_root, prepared)
+    assert outputs(prepared)["train.jsonl"] != first["train.jsonl"]
+    assert json.loads((prepared / "manifest.json").read_text())["max_id_chars"] == MAX_ID_CHARS
