@@ -43,7 +43,7 @@ from env.launch import free_port
 from env.probe.service import prepare_data
 from evolving_rl.config import load_config
 from evolving_rl.config.schema import ProbeConfig
-from evolving_rl.domains.probe_tasks import task_for
+from evolving_rl.domains.probe_tasks import stated_answer, task_for
 from evolving_rl.local.model import resolve_model_path
 from evolving_rl.pipeline.eval_records import CaseRecord
 
@@ -86,13 +86,10 @@ def run_eval(args: argparse.Namespace, model: Path, name: str, split: str, retri
 
 
 def read_cases(folder: Path) -> list[CaseRecord]:
-    records = []
-    for path in sorted(folder.glob("cases*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            data = json.loads(line)
-            if "protocol" in data:
-                records.append(CaseRecord.from_json(data))
-    return records
+    """The cases of the evaluation's store (`cases.jsonl`; stores an earlier run set aside under
+    another key are not read)."""
+    lines = (folder / "cases.jsonl").read_text(encoding="utf-8").splitlines()
+    return [CaseRecord.from_json(data) for data in map(json.loads, lines) if "protocol" in data]
 
 
 def _share(hits: int, total: int) -> str:
@@ -106,8 +103,7 @@ def bar(probe: ProbeConfig, ids: list[str]) -> str:
 
 
 def card_answer(probe: ProbeConfig, task_id: str, card: str) -> int:
-    task = task_for(probe, task_id)
-    return task.answer % probe.n_answers + 1 if card == "wrong" else task.answer
+    return stated_answer(task_for(probe, task_id).answer, probe.n_answers, card == "wrong")
 
 
 def eval_rows(probe: ProbeConfig, name: str, card: str, cases: list[CaseRecord]) -> list[str]:

@@ -45,7 +45,7 @@ from evolving_rl.domains.base import (
     task_from_row,
     whole_episode_sample,
 )
-from evolving_rl.domains.probe_tasks import family_answers
+from evolving_rl.domains.probe_tasks import family_answers, stated_answer
 from evolving_rl.domains.skill_prompt import compact_extractor_messages, reference_extractor_prompt
 
 TASK_PREFIX = "Your task is to:"
@@ -162,7 +162,7 @@ class ProbeAdapter:
 
 def written_card(family: str, answer: int, n_answers: int, wrong: bool = False) -> str:
     """The rendered card of `family`: its answer, or (`wrong`) the next answer instead."""
-    stated = answer % n_answers + 1 if wrong else answer
+    stated = stated_answer(answer, n_answers, wrong)
     return render_skill_card(Skill(
         name=f"The {family} family's answer",
         applicable_when=f"The task asks for the winning answer of the {family} family.",

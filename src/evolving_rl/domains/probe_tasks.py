@@ -159,6 +159,11 @@ def make_task(cfg: ProbeSettings, split: str, index: int) -> ProbeTask:
                      cfg.n_answers)
 
 
+def stated_answer(answer: int, n_answers: int, wrong: bool) -> int:
+    """The answer a hand-written card states: the family's, or (`wrong`) the next one."""
+    return answer % n_answers + 1 if wrong else answer
+
+
 def family_answers(cfg: ProbeSettings) -> dict[str, int]:
     """Hidden kind: every family of both splits, by name, -> its winning answer; stated: {}."""
     if cfg.kind != "hidden":
