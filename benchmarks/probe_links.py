@@ -52,9 +52,7 @@ logger = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"model": "smollm2", "config": "configs/probe_hidden_cpu.yaml",
         "out": "runs/probe_links/tiny", "splits": "valid"}
-TINY_SETS = ["probe.valid_tasks=8", "sampling.eval_extractor.max_new_tokens=8",
-             "probe.prepared_dir=runs/probe_links/tiny/prepared",
-             "retrieval.cache_path=runs/probe_links/tiny/cache.npz"]
+TINY_SETS = ["probe.valid_tasks=8", "sampling.eval_extractor.max_new_tokens=8"]
 # (name, split, retrieval split, written card, protocols)
 RUNS = (("valid", "valid", "valid", "correct", ("written_skill", "reference")),
         ("valid-wrong", "valid", "valid", "wrong", ("written_skill",)),
@@ -176,8 +174,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--set", dest="sets", action="append", default=[])
     args = parse_with_tiny(parser, argv, TINY)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if args.tiny:
-        args.sets = [*TINY_SETS, *args.sets]
+    if args.tiny:  # the splits and cache in --out too: nothing shared with another run
+        args.sets = [*TINY_SETS, f"probe.prepared_dir={Path(args.out) / 'prepared'}",
+                     f"retrieval.cache_path={Path(args.out) / 'cache.npz'}", *args.sets]
     cfg = load_config(args.config, args.sets)
     model = resolve_model_path(args.model)
     prepare_data(cfg)
