@@ -19,4 +19,8 @@ if [ "${1:-}" = quick ]; then
     shift
     set -- -m "not slow and not gpu and not end_to_end" "$@"
 fi
-exec "${VENV:-$ROOT/.venv}/bin/python" -m pytest -n "${TEST_WORKERS:-auto}" --dist worksteal "$@"
+# A worker for each core this process may run on (`nproc`: affinity and cpusets). Not xdist's
+# `auto`: with psutil installed it counts the host's physical cores, 1 on a 2-vCPU VM whose vCPUs
+# are one core's two threads, and a container's host's all.
+exec "${VENV:-$ROOT/.venv}/bin/python" -m pytest -n "${TEST_WORKERS:-$(nproc)}" --dist worksteal \
+    "$@"
