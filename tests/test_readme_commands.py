@@ -265,11 +265,12 @@ def test_skill_commands_run_on_the_default_runs_library(tmp_path):
 HelpRuns = tuple[dict[str, subprocess.CompletedProcess[str]], bool]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def help_runs(tmp_path_factory) -> HelpRuns:
     """Every `HELP_FORM` command run with `--help` appended (a few at a time: most of the time
     is interpreter start-up and imports) in a copy of the checkout, and whether the copy's data
-    folders kept their files."""
+    folders kept their files. Once a worker (module scope ran it again each time a parallel
+    worker came back to this module: ~40 s of CPU each)."""
     root = checkout_copy(tmp_path_factory.mktemp("checkout"))
     before = _written(root)
     with ThreadPoolExecutor(HELP_WORKERS) as pool:
