@@ -30,6 +30,12 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "${PINS[*]}" ]; then
     exit 0
 fi
 rm -rf "$OVERLAY"
-"$VENV/bin/python" -m pip install --disable-pip-version-check -q --no-deps --target "$OVERLAY" \
-    "${PINS[@]}"
+# uv when setup_env.sh put it into the venv (seconds from its cache), else pip.
+if [[ "$("$VENV/bin/uv" --version 2>/dev/null)" == "uv $UV_VERSION "* ]]; then
+    "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" --no-deps --target "$OVERLAY" \
+        "${PINS[@]}"
+else
+    "$VENV/bin/python" -m pip install --disable-pip-version-check -q --no-deps \
+        --target "$OVERLAY" "${PINS[@]}"
+fi
 echo "${PINS[*]}" > "$stamp"

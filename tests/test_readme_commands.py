@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -170,17 +171,33 @@ def readme_commands() -> list[str]:
     return commands
 
 
-def as_written(command: str) -> str:
-    """The command for bash here: `.venv/bin/python` is this interpreter, src/ on the path."""
-    command = command.replace("PYTHONPATH=.", f"PYTHONPATH=.:{ROOT / 'src'}")
+def as_written(command: str, root: Path = ROOT) -> str:
+    """The command for bash here: `.venv/bin/python` is this interpreter, the src/ of the
+    checkout at `root` on the path."""
+    command = command.replace("PYTHONPATH=.", f"PYTHONPATH=.:{root / 'src'}")
     return command.replace(".venv/bin/python", shlex.quote(sys.executable))
 
 
-def run(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}", "HF_HUB_OFFLINE": "1",
+def run(command: str, cwd: Path, root: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": f"{root / 'src'}:{root}", "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1"}
-    return subprocess.run(["bash", "-c", as_written(command)], cwd=cwd, env=env,
+    return subprocess.run(["bash", "-c", as_written(command, root)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
+
+
+def checkout_copy(dest: Path) -> Path:
+    """The checkout's files (tracked, or new and not ignored; the slime submodule left out)
+    copied to `dest`: what a command writes there is its own, whatever tests run beside it write
+    into the real checkout (its run-wide caches: generated games, converted models)."""
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                              "--exclude-standard"], cwd=ROOT, capture_output=True,
+                             check=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        source = ROOT / name
+        if source.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    return dest
 
 
 def _rows(out: str) -> list[list[str]]:
@@ -256,16 +273,18 @@ def test_skill_commands_run_on_the_default_runs_library(tmp_path):
 HelpRuns = tuple[dict[str, subprocess.CompletedProcess[str]], bool]
 
 
-@pytest.fixture(scope="module")
-def help_runs() -> HelpRuns:
+@pytest.fixture(scope="session")
+def help_runs(tmp_path_factory) -> HelpRuns:
     """Every `HELP_FORM` command run with `--help` appended (a few at a time: most of the time
-    is interpreter start-up and imports), and whether the checkout's data folders kept their
-    files."""
-    before = _written()
+    is interpreter start-up and imports) in a copy of the checkout, and whether the copy's data
+    folders kept their files. Once a worker (module scope ran it again each time a parallel
+    worker came back to this module: ~40 s of CPU each)."""
+    root = checkout_copy(tmp_path_factory.mktemp("checkout"))
+    before = _written(root)
     with ThreadPoolExecutor(HELP_WORKERS) as pool:
-        results = dict(zip(HELP_FORM, pool.map(lambda c: run(f"{c} --help", ROOT), HELP_FORM),
-                           strict=True))
-    return results, _written() == before
+        results = dict(zip(HELP_FORM, pool.map(lambda c: run(f"{c} --help", root, root),
+                                               HELP_FORM), strict=True))
+    return results, _written(root) == before
 
 
 @pytest.mark.parametrize("command", sorted(HELP_FORM))
@@ -281,7 +300,7 @@ def test_help_forms_write_nothing(help_runs):
     assert help_runs[1], "a --help form wrote into the checkout's data/, runs/ or models/"
 
 
-def _written() -> set[tuple[str, int]]:
+def _written(root: Path) -> set[tuple[str, int]]:
     """Every file under the folders the commands write to, with its size."""
     return {(str(path), path.stat().st_size) for folder in ("data", "runs", "models")
-            for path in (ROOT / folder).rglob("*") if path.is_file()}
+            for path in (root / folder).rglob("*") if path.is_file()}

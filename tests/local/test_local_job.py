@@ -21,7 +21,7 @@ from env.launch import (
     free_port_block,
 )
 from evolving_rl.config import load_config, parse_config
-from evolving_rl.local.job import archive_previous_run, eval_rows
+from evolving_rl.local.job import archive_previous_run, eval_rows, splits_of
 from evolving_rl.local.metrics import MetricsLog, group_variance
 from evolving_rl.local.plots import plot_run
 from evolving_rl.retrieval.prepared import PreparedData, PreparedDataError
@@ -83,6 +83,12 @@ def test_eval_rows_round_robin_over_task_types(tmp_path):
     (tmp_path / "valid_unseen.jsonl").rename(tmp_path / "train.jsonl")
     with pytest.raises(PreparedDataError, match="no prepared split 'valid_unseen'.*: train\\)"):
         eval_rows(cfg, PreparedData.read(cfg))
+
+
+def test_an_evaluation_names_the_splits_its_rows_came_from():
+    rows = [{"id": str(i), "metadata": {"split": split}}
+            for i, split in enumerate(("valid", "valid", "train"))]
+    assert splits_of(rows[:2]) == "valid" and splits_of(rows) == "train,valid"
 
 
 def test_the_servers_get_the_jobs_config():

@@ -99,6 +99,11 @@ def eval_rows(cfg: Config, prepared: PreparedData) -> list[dict[str, Any]]:
     return round_robin(prepared.split(domain_for(cfg).eval_split), cfg.local.n_eval_games)
 
 
+def splits_of(rows: list[dict[str, Any]]) -> str:
+    """The prepared splits `rows` come from (their `metadata.split`), comma-separated."""
+    return ",".join(sorted({str(row["metadata"].get("split", "")) for row in rows}))
+
+
 @dataclass
 class Models:
     """The policy (trained in place and sampled from), its tokenizer and the trainer."""
@@ -143,8 +148,8 @@ def training_types(cfg: Config, prepared: PreparedData) -> frozenset[str]:
 async def _evaluate(ctx: PipelineContext, models: Models, log: MetricsLog, prepared: PreparedData,
                     phase: str) -> list[dict[str, Any]]:
     """Every protocol of the phase (`local.eval_protocols_<phase>`) at once on the held-out
-    rows; returns their `eval` records, one a protocol (the policy's generation stats on the
-    first)."""
+    rows; returns their `eval` records, one a protocol, each naming the split its rows came from
+    (the policy's generation stats on the first)."""
     cfg = ctx.cfg
     protocols = {"before": cfg.local.eval_protocols_before,
                  "after": cfg.local.eval_protocols_after}[phase]
@@ -156,7 +161,7 @@ async def _evaluate(ctx: PipelineContext, models: Models, log: MetricsLog, prepa
         *(run_eval(ctx, rows, repeats=cfg.local.eval_repeats, plan=plan) for plan in plans))
     stats = models.policy.take_stats()
     return [log.write("eval", models.trainer.step_count,
-                      {"phase": phase, "protocol": protocol, **metrics,
+                      {"phase": phase, "protocol": protocol, "split": splits_of(rows), **metrics,
                        **(stats if index == 0 else {})})
             for index, (protocol, metrics) in enumerate(zip(protocols, results, strict=True))]
 

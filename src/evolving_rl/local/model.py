@@ -28,19 +28,22 @@ Conversion pitfalls (docs/design.md §6.1): the GGUF tokenizer may get eos wrong
 are set to `<|im_end|>`; transformers 5.x refuses `save_pretrained` of a GGUF-loaded model until
 its quantizer config is removed; and the saved config gets an explicit `rope_theta` because older
 transformers silently default to 10000. The folder is written to a temporary sibling and renamed,
-so an interrupted conversion never leaves a half folder that looks done.
+so an interrupted conversion never leaves a half folder that looks done; a lock file beside it
+makes processes that share `models_dir` convert once.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import fcntl
 import hashlib
 import importlib.util
 import json
 import logging
 import shutil
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,20 +140,30 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _written_once(target: Path, write: Callable[[], None]) -> Path:
+    """`target` (a model folder), `write()` first when it has no config.json yet. The check and
+    the write happen under an exclusive lock beside it: processes that share `models_dir` (the
+    test suite's workers, parallel runs) write it once, and none reads it half written."""
+    if not (target / "config.json").is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target.with_name(f".{target.name}.lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (target / "config.json").is_file():
+                write()
+    return target
+
+
 def resolve_model_path(model: str, models_dir: str | Path = "models") -> Path:
     """The HF folder of `model`: a `GGUF_MODELS` name (converted on first use), `tiny-char`
     (written on first use) or a folder."""
     if model == TINY_CHAR:
         target = Path(models_dir) / TINY_CHAR
-        if not (target / "config.json").is_file():
-            write_tiny_char(target)
-        return target
+        return _written_once(target, lambda: write_tiny_char(target))
     spec = GGUF_MODELS.get(model)
     if spec is not None:
         target = Path(models_dir) / spec.folder
-        if not (target / "config.json").is_file():
-            convert_gguf(spec, target, spec.gguf_path(Path(models_dir)))
-        return target
+        return _written_once(target, lambda: convert_gguf(spec, target,
+                                                          spec.gguf_path(Path(models_dir))))
     path = Path(model)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(

@@ -83,6 +83,13 @@ def _reject(future: asyncio.Future[Any], error: PolicyError) -> None:
         future.set_exception(error)
 
 
+def _resolve_all(finished: list[tuple[_Request, Generation]]) -> None:
+    """Hand each finished row's generation to its caller's loop; empties `finished`."""
+    for request, generation in finished:
+        request.loop.call_soon_threadsafe(_resolve, request.future, generation)
+    finished.clear()
+
+
 def eos_ids(model: torch.nn.Module, tokenizer: Any) -> frozenset[int]:
     """The tokenizer's eos and every eos id of the model's generation config."""
     ids = {int(tokenizer.eos_token_id)}
@@ -119,6 +126,7 @@ class LocalPolicy:
                             else "past_key_values")
         self._eos = eos_ids(model, tokenizer)
         self.stats = DecodeStats()
+        self._stats_lock = threading.Lock()
         self._pending: deque[_Request] = deque()
         self._scoring: deque[_Score] = deque()
         self._wake = threading.Condition()
@@ -200,9 +208,12 @@ class LocalPolicy:
         return taken
 
     def _serve(self) -> None:
-        """The engine thread: admit pending requests at step boundaries, decode, repeat."""
-        decoder = self.make_decoder(lambda request, generation: request.loop.call_soon_threadsafe(
-            _resolve, request.future, generation))
+        """The engine thread: admit pending requests at step boundaries, decode, count, then
+        resolve the rows that finished, repeat. Counted first: a caller that awaits its last
+        generation and then calls `take_stats` finds that generation's tokens in them."""
+        finished: list[tuple[_Request, Generation]] = []
+        decoder = self.make_decoder(lambda request, generation: finished.append(
+            (request, generation)))
         while (taken := self._next_requests(len(decoder))) is not None:
             self._score_pending()
             try:
@@ -213,18 +224,21 @@ class LocalPolicy:
             except (RuntimeError, ValueError) as error:  # what torch raises (e.g. out of memory)
                 logger.error("local generation failed: %s", error)
                 failed = PolicyError(str(error))
+                _resolve_all(finished)  # rows that finished before the error keep their result
                 for request in [*taken, *(row.key for row in decoder.rows)]:
                     request.loop.call_soon_threadsafe(_reject, request.future, failed)
                 decoder = self.make_decoder(decoder.done)
             self._add_stats(decoder)
+            _resolve_all(finished)
         for row in decoder.rows:  # stopped mid-decode: nobody will resolve these
             row.key.loop.call_soon_threadsafe(row.key.future.cancel)
 
     def _add_stats(self, decoder: Decoder) -> None:
         stats, decoder.stats = decoder.stats, DecodeStats()
-        for field in dataclasses.fields(DecodeStats):
-            setattr(self.stats, field.name,
-                    getattr(self.stats, field.name) + getattr(stats, field.name))
+        with self._stats_lock:  # take_stats swaps self.stats on the caller's thread
+            for field in dataclasses.fields(DecodeStats):
+                setattr(self.stats, field.name,
+                        getattr(self.stats, field.name) + getattr(stats, field.name))
 
     def generate_batch(self, prompts: Sequence[Sequence[int]],
                        samplings: Sequence[SamplingParams]) -> list[Generation]:
@@ -244,7 +258,8 @@ class LocalPolicy:
 
     def take_stats(self) -> dict[str, float]:
         """Engine and prefix-reuse counters since the last call (then reset)."""
-        stats, self.stats = self.stats, DecodeStats()
+        with self._stats_lock:
+            stats, self.stats = self.stats, DecodeStats()
         out = {"policy/admissions": float(stats.admissions),
                "policy/requests": float(stats.requests), "policy/decode_steps": float(stats.steps),
                "policy/rows_per_step": stats.step_rows / stats.steps if stats.steps else 0.0,
