@@ -38,7 +38,7 @@ from collections import Counter
 from pathlib import Path
 
 from benchmarks.cli import parse_with_tiny
-from benchmarks.probe_mechanism import quotes_answer, states_answer
+from benchmarks.probe_mechanism import CardCounts, card_counts
 from env.launch import free_port
 from env.probe.service import prepare_data
 from evolving_rl.config import load_config
@@ -140,24 +140,14 @@ def retrieval_rows(probe: ProbeConfig, name: str, cases: list[CaseRecord]) -> li
 
 def extraction_rows(probe: ProbeConfig, mechanism: Path) -> list[str]:
     """(a), (b) over step 1 of every run under `mechanism` that extracted."""
-    parsed = stated = quoted = total = 0
-    for path in sorted(mechanism.glob("**/run/skill_library.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            record = json.loads(line)
-            if str(record["rollout"]) != "1":
-                continue
-            total += 1
-            task = task_for(probe, record["source_id"])
-            if record["parse_ok"] and task is not None:
-                parsed += 1
-                text = json.dumps(record["skill"])
-                stated += states_answer(text, task.answer, probe.n_answers)
-                quoted += quotes_answer(text, task.answer)
+    firsts = [card_counts(path.parent, probe).get("1", CardCounts())
+              for path in sorted(mechanism.glob("**/run/skill_library.jsonl"))]
+    total, parsed = sum(c.total for c in firsts), sum(c.parsed for c in firsts)
     return [f"| (a) extractions that parse | {_share(parsed, total)} |",
             f"| (b) parsed cards stating the family's answer (its digit only) "
-            f"| {_share(stated, parsed)} |",
+            f"| {_share(sum(c.stated for c in firsts), parsed)} |",
             f"| (b') parsed cards quoting it (\"winning answer is k\", other digits allowed) "
-            f"| {_share(quoted, parsed)} |"]
+            f"| {_share(sum(c.quoted for c in firsts), parsed)} |"]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -33,14 +33,18 @@ import json
 import logging
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmarks.cli import parse_with_tiny
 from env.launch import free_port
 from evolving_rl.config import load_config
+from evolving_rl.config.schema import ProbeConfig
 from evolving_rl.core.stats import Pooled, fisher_or_none, pool
 from evolving_rl.domains.probe_tasks import task_for
+from evolving_rl.pipeline.eval_records import ARMS
+from evolving_rl.pipeline.eval_report import arm_wins
 
 logger = logging.getLogger(__name__)
 
@@ -109,35 +113,47 @@ def quotes_answer(text: str, answer: int) -> bool:
     return f"winning answer is {answer}" in text
 
 
-def card_shares(run: Path, config: str, sets: list[str]) -> dict[str, tuple[int, int, int]]:
-    """Per rollout: (cards stating the family's answer, cards quoting it, extractions)."""
-    probe = load_config(config, sets).probe
-    shares: dict[str, tuple[int, int, int]] = {}
+@dataclass
+class CardCounts:
+    """One rollout's extractions: all, parsed, stating the family's answer, quoting it."""
+
+    total: int = 0
+    parsed: int = 0
+    stated: int = 0
+    quoted: int = 0
+
+
+def card_counts(run: Path, probe: ProbeConfig) -> dict[str, CardCounts]:
+    """Per rollout, the run's extractions counted (`CardCounts`)."""
+    counts: dict[str, CardCounts] = {}
     path = run / "skill_library.jsonl"
     for line in path.open() if path.is_file() else ():
         record = json.loads(line)
+        count = counts.setdefault(str(record["rollout"]), CardCounts())
+        count.total += 1
         task = task_for(probe, record["source_id"])
+        if not record["parse_ok"] or task is None:
+            continue
         text = json.dumps(record["skill"])
-        usable = bool(record["parse_ok"]) and task is not None
-        right = usable and states_answer(text, task.answer, probe.n_answers)
-        quoted = usable and quotes_answer(text, task.answer)
-        stated, quotes, total = shares.get(record["rollout"], (0, 0, 0))
-        shares[record["rollout"]] = (stated + right, quotes + quoted, total + 1)
-    return shares
+        count.parsed += 1
+        count.stated += states_answer(text, task.answer, probe.n_answers)
+        count.quoted += quotes_answer(text, task.answer)
+    return counts
 
 
 def _pct(value: Any) -> str:
     return "-" if value is None else f"{100 * value:.0f}%"
 
 
-def step_rows(run: Path, shares: dict[str, tuple[int, int, int]]) -> list[str]:
+def step_rows(run: Path, counts: dict[str, CardCounts]) -> list[str]:
     records = [json.loads(line) for line in (run / "metrics.jsonl").open()]
     rows = ["| step | extractor reward | parsed | cards stating the answer | cards quoting it "
             "| solver without card | solver with card |",
             "| --- | --- | --- | --- | --- | --- | --- |"]
     for record in (r for r in records if r["kind"] == "train"):
         step = str(record["step"])
-        stated, quoted, total = shares.get(step, (0, 0, 0))
+        cards = counts.get(step, CardCounts())
+        stated, quoted, total = cards.stated, cards.quoted, cards.total
         baseline = "source/success_rate" not in record
         without = record.get("solver/success_rate") if baseline else record.get(
             "source/success_rate")
@@ -162,11 +178,10 @@ def held_out(run: Path) -> dict[tuple[str, str, str], Pooled]:
         record = json.loads(line)
         if record["kind"] != "eval":
             continue
-        for arm in ("with_skill", "without_skill"):
-            wins = record.get(f"eval/all/{arm}_wins")
-            scored = record.get(f"eval/all/{arm}_scored")
-            if wins is not None and scored:
-                out[(record["phase"], record["protocol"], arm)] = Pooled(int(wins), int(scored))
+        for arm in ARMS:
+            pooled = arm_wins(record, "all", arm)
+            if pooled is not None and pooled.episodes:
+                out[(record["phase"], record["protocol"], arm)] = pooled
     return out
 
 
@@ -227,10 +242,11 @@ def main(argv: list[str] | None = None) -> None:
                 if (run := out / run_name(*job) / "run").joinpath("metrics.jsonl").is_file()}
     else:
         runs = run_jobs(args.config, jobs, args.steps, out, args.sets, max(1, args.parallel))
+    probe = load_config(args.config, args.sets).probe
     for (method, seed), run in runs.items():
         label = method if seed is None else f"{method}, seed {seed}"
         print(f"\n{label} ({args.config}, {args.steps} steps; {run}):")
-        print("\n".join(step_rows(run, card_shares(run, args.config, args.sets))))
+        print("\n".join(step_rows(run, card_counts(run, probe))))
     print("\nHeld-out wins pooled over seeds:\n")
     print("\n".join(pooled_rows(runs)))
 

@@ -1,7 +1,7 @@
 """The probe's tasks, generated on the fly from a seed: which answer wins, and what each says.
 
 Owns `ProbeTask` and everything derived from `(probe.seed, task id)`: nothing is stored, so the
-server, the data preparation and the adapter's hand-written cards (`written_card`) generate the
+server, the data preparation and the adapter's hand-written cards (`domains/probe.py`) generate the
 same task from its id. Pure: it imports only the standard library (the env server and the
 adapter both import it) and reads the `probe` config section through `ProbeSettings`. Answers
 are named `1`..`M` (`probe.n_answers`), one character each. Two kinds (`probe.kind`):
