@@ -82,3 +82,11 @@ def megatron_dir() -> Path:
     """The patched Megatron-LM's source folder; skips (fails on CI) when absent."""
     return _required(find_megatron(), f"Megatron-LM's sources are absent "
                      f"({MEGATRON_PATH_VAR}={os.environ.get(MEGATRON_PATH_VAR, '')!r})")
+
+
+def bytecode_env() -> dict[str, str]:
+    """What a child importing upstream code sets about bytecode: nothing when the suite keeps it
+    in one folder (PYTHONPYCACHEPREFIX, scripts/test.sh: nothing is written beside slime's or the
+    overlay's sources, and a later child reads what an earlier one compiled), else no bytecode at
+    all, so that no __pycache__ appears in a slime checkout."""
+    return {} if os.environ.get("PYTHONPYCACHEPREFIX") else {"PYTHONDONTWRITEBYTECODE": "1"}

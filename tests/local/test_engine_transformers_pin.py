@@ -43,7 +43,7 @@ def _pinned_env(overlay: Path) -> dict[str, str]:
     """The overlay's packages first, then the project: transformers is the overlay's."""
     paths = [overlay, upstream.ROOT / "src", upstream.ROOT]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths)),
-            "PYTHONDONTWRITEBYTECODE": "1"}
+            **upstream.bytecode_env()}
 
 
 def test_engine_decodes_under_sglangs_transformers(tmp_path):

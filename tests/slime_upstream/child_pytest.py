@@ -38,7 +38,7 @@ def overlay_env(extra_paths: list[Path] | None = None) -> dict[str, str]:
     paths = [upstream.overlay_dir(), STAND_INS, upstream.slime_dir(), upstream.megatron_dir(),
              upstream.ROOT / "src", upstream.ROOT, *(extra_paths or [])]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths)),
-            "PYTHONDONTWRITEBYTECODE": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+            **upstream.bytecode_env(), "CUDA_DEVICE_MAX_CONNECTIONS": "1",
             upstream.SLIME_PATH_VAR: str(upstream.slime_dir()),
             upstream.MEGATRON_PATH_VAR: str(upstream.megatron_dir())}
 

@@ -41,7 +41,7 @@ N_TESTS = 36
 
 def test_slimes_plugin_contract_tests_pass_except_the_known_probe_assumptions(tmp_path):
     slime = upstream.slime_dir()
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1",
+    env = {**os.environ, **upstream.bytecode_env(),
            "PYTHONPATH": os.pathsep.join(map(str, [upstream.ROOT / "src", upstream.ROOT, slime])),
            **{f"SLIME_CONTRACT_{key}": f"{HOOKS_MODULE}.{name}" for key, name in HOOKS.items()}}
     # slime's own pytest settings (its pyproject.toml), less its verbose addopts
