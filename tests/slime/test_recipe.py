@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from slime_fixtures import ROOT
 
-from evolving_rl.slime_bridge import recipe, recipe_run
+from evolving_rl.slime_bridge import recipe, recipe_run, validate
 from evolving_rl.slime_bridge.recipe import PROFILES, Step, plan
 from tests import upstream
 
@@ -68,6 +68,41 @@ def test_a_python3_step_runs_with_this_interpreter():
     assert recipe_run._command(step)[0] == sys.executable
 
 
+def test_one_validator_child_judges_every_launch_of_a_profile(tmp_path, monkeypatch):
+    """The dry run's launches each write their list, then one child judges them all: each launch
+    gets its own verdict line's code, a launch whose dry run failed keeps its exit code, and a
+    list the child never judged gets the child's exit code."""
+    env = {"SLIME_DIR": "slime", "MEGATRON_DIR": "megatron"}
+    steps = [Step(f"launch-{m}", "y", ("true",), (), env) for m in ("a", "b", "c", "d")]
+
+    def launch_argv(step, scratch):
+        (scratch / "launch").mkdir(parents=True)
+        (scratch / "launch" / "train_argv").write_bytes(b"--x\0")
+        return 5 if step.name == "launch-c" else 0
+
+    def validator(step, files):
+        judged = "".join(f"print('VERDICT {code} {path}');"
+                         for code, path in zip((0, 2), files[:2], strict=True))
+        return [sys.executable, "-c", judged + "raise SystemExit(4)"], []
+
+    monkeypatch.setattr(recipe_run, "launch_argv", launch_argv)
+    monkeypatch.setattr(recipe_run, "_validator", validator)
+    codes = recipe_run.check_launches(steps, tmp_path)
+    assert codes == {"launch-a": 0, "launch-b": 2, "launch-c": 5, "launch-d": 4}
+
+
+def test_the_validator_prints_a_verdict_per_list_and_exits_with_the_worst(tmp_path, monkeypatch,
+                                                                          capsys):
+    files = [tmp_path / name for name in ("ok", "refused")]
+    for path in files:
+        path.write_bytes(f"--{path.name}\0".encode())
+    monkeypatch.setattr(validate, "validate",
+                        lambda argv: ["no"] if argv == ["--refused"] else [])
+    assert validate.main(list(map(str, files))) == 2
+    assert capsys.readouterr().out.splitlines() == [f"VERDICT 0 {files[0]}",
+                                                    f"VERDICT 2 {files[1]}"]
+
+
 @pytest.mark.end_to_end
 @pytest.mark.parametrize("name", sorted(PROFILES))
 def test_the_dry_run_passes_on_this_cpu_machine(name):
@@ -84,10 +119,11 @@ def test_the_dry_run_passes_on_this_cpu_machine(name):
                  megatron_dir=str(upstream.megatron_dir()))
     for step in steps:
         assert step.shell() in run.stdout
-    launches = sum(s.name.startswith("launch") for s in steps)
-    assert run.stdout.count("    accepted") == launches
+    launches = [s.name for s in steps if s.name.startswith("launch")]
+    assert [line for line in run.stdout.splitlines() if line.endswith(": accepted")] == [
+        f"{name}: accepted" for name in launches]
     assert run.stderr.count("validators ran: slime_validate_args, _megatron_validate_args, "
-                            "sglang_validate_args") == launches
+                            "sglang_validate_args") == len(launches)
 
 
 def _git(folder: Path, *args: str) -> str:

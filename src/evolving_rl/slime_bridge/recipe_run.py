@@ -30,6 +30,7 @@ from evolving_rl.slime_bridge.recipe import (
     prerequisites,
     resolved,
 )
+from evolving_rl.slime_bridge.validate import VERDICT
 
 log = logging.getLogger("slime_1gpu")
 # The dev venv's CPU stand-ins for the GPU image's SGLang (scripts/upstream_overlay.sh) and
@@ -88,21 +89,22 @@ def _on_cpu_overlay() -> bool:
     return OVERLAY[0].is_dir() and shutil.which("nvidia-smi") is None
 
 
-def _validator(step: Step, argv_file: Path) -> tuple[list[str], list[str]]:
-    """(command, PYTHONPATH head) of `validate` on `argv_file`; on the dev CPU through the
+def _validator(step: Step, argv_files: list[Path]) -> tuple[list[str], list[str]]:
+    """(command, PYTHONPATH head) of `validate` on `argv_files`; on the dev CPU through the
     overlay, transformers is first told that the torchvision there is a stand-in."""
     paths = [str(ROOT / step.env["SLIME_DIR"]), step.env["MEGATRON_DIR"],
              str(ROOT / step.env["MEGATRON_DIR"]), str(ROOT / "src"), str(ROOT)]
-    command = [sys.executable, "-m", "evolving_rl.slime_bridge.validate", str(argv_file)]
+    files = list(map(str, argv_files))
+    command = [sys.executable, "-m", "evolving_rl.slime_bridge.validate", *files]
     if not _on_cpu_overlay():
         return command, paths
     boot = ("import sys, torchvision; torchvision.hide_torchvision_from_transformers(); "
             "from evolving_rl.slime_bridge.validate import main; sys.exit(main(sys.argv[1:]))")
-    return [sys.executable, "-c", boot, str(argv_file)], [*map(str, OVERLAY), *paths]
+    return [sys.executable, "-c", boot, *files], [*map(str, OVERLAY), *paths]
 
 
-def check_launch(step: Step, scratch: Path) -> int:
-    """The launch's dry run, then slime's parser on its argument list (exit code as `main`)."""
+def launch_argv(step: Step, scratch: Path) -> int:
+    """The launch's dry run, its argument list written to `scratch/launch/train_argv`."""
     env = dict(step.env)
     if not (ROOT / env["MODEL_DIR"] / "config.json").is_file():
         stand_in = str(_stand_in_model(scratch / "model"))
@@ -113,13 +115,35 @@ def check_launch(step: Step, scratch: Path) -> int:
     launch = subprocess.run(step.command, cwd=ROOT, env=_environment(Step(
         step.name, step.why, step.command, (), env)), capture_output=True, text=True)
     sys.stderr.write(launch.stderr)
-    if launch.returncode != 0:
-        return launch.returncode
-    command, path = _validator(step, scratch / "launch/train_argv")
-    check = subprocess.run(command, cwd=ROOT, env=_environment(step, path),
+    return launch.returncode
+
+
+def check_launches(steps: list[Step], scratch: Path) -> dict[str, int]:
+    """Each launch's dry run, then slime's parser on every argument list in one child (its
+    imports are most of its time); per launch, the exit code as `main`'s."""
+    codes, files = {}, {}
+    for step in steps:
+        print(f"{step.name}: slime's parser and validators on the launch's argument list")
+        codes[step.name] = launch_argv(step, scratch / step.name)
+        if codes[step.name] == 0:
+            files[step.name] = scratch / step.name / "launch" / "train_argv"
+    if not files:
+        return codes
+    first = steps[0]
+    assert all(s.env["SLIME_DIR"] == first.env["SLIME_DIR"] and
+               s.env["MEGATRON_DIR"] == first.env["MEGATRON_DIR"] for s in steps)
+    command, path = _validator(first, list(files.values()))
+    check = subprocess.run(command, cwd=ROOT, env=_environment(first, path),
                            capture_output=True, text=True)
     sys.stderr.write(check.stderr)
-    return check.returncode
+    verdicts = {}
+    for line in check.stdout.splitlines():
+        if line.startswith(VERDICT + " "):
+            _, code, argv_file = line.split(" ", 2)
+            verdicts[argv_file] = int(code)
+    for name, argv_file in files.items():  # a list without a verdict: the child's exit code
+        codes[name] = verdicts.get(str(argv_file), check.returncode or 2)
+    return codes
 
 
 def dry_run(steps: list[Step], slime_dir: str, megatron_dir: str) -> int:
@@ -130,13 +154,12 @@ def dry_run(steps: list[Step], slime_dir: str, megatron_dir: str) -> int:
     print("prerequisites on this machine:")
     for what, present, how in prerequisites(megatron_dir, slime_dir):
         print(f"    {'ok     ' if present else 'missing'} {what}{'' if present else ': ' + how}")
-    codes = []
-    for step in (s for s in steps if s.name.startswith("launch")):
-        print(f"{step.name}: slime's parser and validators on the launch's argument list")
-        with tempfile.TemporaryDirectory(prefix="slime_1gpu_") as scratch:
-            codes.append(check_launch(step, Path(scratch)))
-        print(f"    {_verdict(codes[-1])}")
-    return max(codes, default=0)
+    launches = [s for s in steps if s.name.startswith("launch")]
+    with tempfile.TemporaryDirectory(prefix="slime_1gpu_") as scratch:
+        codes = check_launches(launches, Path(scratch))
+    for step in launches:
+        print(f"{step.name}: {_verdict(codes[step.name])}")
+    return max(codes.values(), default=0)
 
 
 def _verdict(code: int) -> str:

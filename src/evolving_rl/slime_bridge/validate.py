@@ -1,12 +1,14 @@
 """slime's own parser and validators on a train.py argument list, before any run.
 
-`python -m evolving_rl.slime_bridge.validate ARGV_FILE` reads the NUL-separated list that the
+`python -m evolving_rl.slime_bridge.validate ARGV_FILE...` reads each NUL-separated list that a
 launch's dry run writes (`SLIME_LAUNCH_DRY_RUN=DIR`, scripts/lib/slime_launch.sh) and runs
 slime's `parse_args` at the pin on it (slime/utils/arguments.py:1600-1643): SGLang's parser,
 Megatron-LM's parser with slime's arguments, then `slime_validate_args`, Megatron's
 `validate_args` (through slime/backends/megatron_utils/arguments.py) and `sglang_validate_args`;
-then our hooks' `check_slime_args` with the config the list names. Exit 0 when all accept, 2
-with the reason otherwise, 3 when slime's parser cannot be imported here.
+then our hooks' `check_slime_args` with the config the list names. One process for every list
+(the imports are most of its time: SGLang + Megatron + slime ~8 s from bytecode on a CPU core);
+each list's verdict goes to stdout as `VERDICT <code> <file>`: 0 when all accept, 2 with the
+reasons logged otherwise. Exit: the largest code; 3 when slime's parser cannot be imported here.
 
 Megatron's parser ignores unknown flags (slime/backends/megatron_utils/arguments.py:195) and
 SGLang's parses known ones only, so every parser's option strings are recorded while it runs: a
@@ -38,6 +40,7 @@ ASSUMED_ARCH = 9
 VALIDATORS = (("slime.utils.arguments", "slime_validate_args"),
               ("slime.backends.megatron_utils.arguments", "_megatron_validate_args"),
               ("slime.utils.arguments", "sglang_validate_args"))
+VERDICT = "VERDICT"  # the stdout line of one list's verdict: VERDICT <code> <file>
 
 
 @dataclass(frozen=True)
@@ -131,19 +134,23 @@ def read_argv(path: Path) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m evolving_rl.slime_bridge.validate",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("argv_file", type=Path, help="DIR/train_argv of the launch's dry run")
+    parser.add_argument("argv_files", type=Path, nargs="+", metavar="argv_file",
+                        help="DIR/train_argv of a launch's dry run")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
-        problems = validate(read_argv(args.argv_file))
-    except ImportError as err:
-        log.error("slime's parser is not importable here (%s): put slime, Megatron-LM and "
-                  "SGLang on PYTHONPATH (the GPU image has them)", err)
-        return 3
-    for problem in problems:
-        log.error("%s", problem)
-    return 2 if problems else 0
-
+    codes = []
+    for path in args.argv_files:
+        try:
+            problems = validate(read_argv(path))
+        except ImportError as err:
+            log.error("slime's parser is not importable here (%s): put slime, Megatron-LM and "
+                      "SGLang on PYTHONPATH (the GPU image has them)", err)
+            return 3
+        for problem in problems:
+            log.error("%s: %s", path, problem)
+        codes.append(2 if problems else 0)
+        print(f"{VERDICT} {codes[-1]} {path}", flush=True)
+    return max(codes)
 
 if __name__ == "__main__":
     sys.exit(main())
