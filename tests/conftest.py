@@ -118,6 +118,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the `END_TO_END` modules; then the end-to-end tests first, each module's in its
+    order: pytest-xdist's work stealing (scripts/test.sh) hands the tests out in this order and
+    an idle worker takes the end of a busy one's queue, so the long tests start early and the
+    run does not end on one worker still running a minute-long test."""
     for item in items:
         if Path(item.path).relative_to(ROOT).as_posix() in END_TO_END:
             item.add_marker(pytest.mark.end_to_end)
+    items.sort(key=lambda item: item.get_closest_marker("end_to_end") is None)

@@ -122,7 +122,7 @@ RUNS = (
              r"card task  : .* log-prob change [+-]\d\.\d{3}, raised at \d+% of steps",
              r"top-1 share, card system / no card: (\d+\.\d\d|inf)x"), smollm2=True),
     TinyRun("teacher_cost", (),
-            (r"teacher +: N=2 x K=1 x R=1, 1 turns: 3 episodes in \d+\.\ds \(scoring \d",
+            (r"teacher +: N=1 x K=1 x R=1, 1 turns: 2 episodes in \d+\.\ds \(scoring \d",
              rf"teacher / context: downstream stage {RATIO}, trainer step {RATIO}"),
             smollm2=True),
     TinyRun("model_fit", (),
