@@ -31,6 +31,7 @@ import pytest
 from evolving_rl.config import load_config
 from evolving_rl.pipeline.skill_library import SkillLibrary, SkillRecord
 from evolving_rl.skills.select import skill_id
+from tests import run_wide
 from tests.fakes.scripted import COMPACT_SKILL
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -273,18 +274,25 @@ def test_skill_commands_run_on_the_default_runs_library(tmp_path):
 HelpRuns = tuple[dict[str, subprocess.CompletedProcess[str]], bool]
 
 
-@pytest.fixture(scope="session")
-def help_runs(tmp_path_factory) -> HelpRuns:
-    """Every `HELP_FORM` command run with `--help` appended (a few at a time: most of the time
-    is interpreter start-up and imports) in a copy of the checkout, and whether the copy's data
-    folders kept their files. Once a worker (module scope ran it again each time a parallel
-    worker came back to this module: ~40 s of CPU each)."""
-    root = checkout_copy(tmp_path_factory.mktemp("checkout"))
+def _help_runs(folder: Path) -> dict:
+    """Every `HELP_FORM` command with `--help` appended, run in a copy of the checkout under
+    `folder` (a few at a time: most of the time is interpreter start-up and imports)."""
+    root = checkout_copy(folder / "checkout")
     before = _written(root)
     with ThreadPoolExecutor(HELP_WORKERS) as pool:
-        results = dict(zip(HELP_FORM, pool.map(lambda c: run(f"{c} --help", root, root),
-                                               HELP_FORM), strict=True))
-    return results, _written(root) == before
+        results = list(pool.map(lambda c: run(f"{c} --help", root, root), HELP_FORM))
+    return {"results": {c: [r.returncode, r.stdout, r.stderr]
+                        for c, r in zip(HELP_FORM, results, strict=True)},
+            "wrote_nothing": _written(root) == before}
+
+
+@pytest.fixture(scope="session")
+def help_runs(tmp_path_factory) -> HelpRuns:
+    """The `--help` forms' outcomes and whether the copy's data folders kept their files. Once
+    a run (tests/run_wide.py: 16-37 s of CPU, which each worker paid as a session fixture)."""
+    made = run_wide.once(tmp_path_factory, "readme_help_forms", _help_runs)
+    return ({c: subprocess.CompletedProcess(c, code, out, err)
+             for c, (code, out, err) in made["results"].items()}, made["wrote_nothing"])
 
 
 @pytest.mark.parametrize("command", sorted(HELP_FORM))
