@@ -117,50 +117,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "end_to_end: left out of the quick tier (conftest)")
 
 
-# The longest tests (seconds in one parallel run on 2 cores, 2026-12-06), each in a module with no
-# module-scoped fixture, so that moving one costs no set-up run twice. `worker_chunks` deals them
-# to the workers' queues first.
-LONGEST = (
-    ("tests/local/test_probe_canary.py::", 65),
-    ("tests/slime_upstream/test_overlay_checks.py::test_overlay_checks_pass[check_rollout_", 47),
-    ("tests/test_benchmarks.py::test_benchmark_runs_in_tiny_mode[teacher_cost]", 35),
-    ("tests/test_benchmarks.py::test_benchmark_runs_in_tiny_mode[probe_mechanism]", 31),
-    ("tests/test_benchmarks.py::test_benchmark_runs_in_tiny_mode[skill_lengths]", 20),
-    ("tests/slime_upstream/test_overlay_checks.py::test_overlay_checks_pass[check_loss", 19),
-    ("tests/test_benchmarks.py::test_benchmark_runs_in_tiny_mode[skill_use_probe]", 18),
-    ("tests/test_benchmarks.py::test_benchmark_runs_in_tiny_mode[local_backend]", 17),
-)
-
-
-def worker_chunks(items: list, workers: int, longest: list) -> list:
-    """`items` reordered for pytest-xdist's work stealing over `workers` workers: its first
-    hand-out splits the queue in order, `len // workers_left` tests to each worker in turn
-    (xdist 3.8.0 scheduler/worksteal.py:211-216), and an idle worker later steals from the end
-    of a busy one's queue. Each of `longest` (longest first) goes to the front of a worker's
-    share in turn, so that every worker starts on its long tests at once; the others keep their
-    order. Without this, they ran last, in the run's final minute, on one worker."""
-    rest = [item for item in items if item not in longest]
-    ordered, left = [], len(items)
-    for worker in range(workers):
-        share = left // (workers - worker)
-        first = longest[worker::workers]
-        take = max(0, share - len(first))
-        ordered += first + rest[:take]
-        rest = rest[take:]
-        left -= share
-    return ordered + rest
-
-
-def _rank(item: pytest.Item) -> int | None:
-    return next((i for i, (prefix, _) in enumerate(LONGEST) if item.nodeid.startswith(prefix)),
-                None)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if Path(item.path).relative_to(ROOT).as_posix() in END_TO_END:
             item.add_marker(pytest.mark.end_to_end)
-    workers = getattr(config, "workerinput", {}).get("workercount", 1)
-    if workers > 1:
-        longest = sorted((i for i in items if _rank(i) is not None), key=_rank)
-        items[:] = worker_chunks(items, workers, longest)
