@@ -13,11 +13,12 @@ started through their launchers and stopped by them, for the whole session.
 
 The quick tier (`bash scripts/test.sh quick`, for the edit-test loop) leaves out the modules in
 `END_TO_END`, which start real servers, run the main job (the learning canary), generate and
-replay games or run benchmarks; they carry the `end_to_end` marker. On 2 cores shared with two
-other test runs (2026-12-06, 2 xdist workers): the quick tier 83 s wall, 132 s of CPU.
+replay games or run benchmarks; they carry the `end_to_end` marker. On 2 cores (2026-12-06, 3
+xdist workers, a set-up venv): the quick tier 63 s wall, 120 s of CPU.
 The full suite (`bash scripts/test.sh`) is what CI runs. scripts/test.sh runs both on every core
 (pytest-xdist): a run-wide artefact made under the checkout (the games below, a converted model)
-is made under a file lock, once, and read by every worker.
+is made under a file lock, once, and read by every worker; one made for a single run (the README's
+`--help` forms, the overlay checks' child pytest) goes through tests/run_wide.py.
 """
 
 from __future__ import annotations
