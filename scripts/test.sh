@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The test command of the README: set up (or reuse) the virtualenv, then run the CPU suite (what
 # CI runs) on every core (pytest-xdist: a worker a core and one more, an idle one taking tests
-# queued for a busy one; TEST_WORKERS=N, or `-n N` among the arguments, sets how many, `-n 0` none). Extra
-# arguments go to pytest (e.g. `-m slow` for the long tests, `-p randomly` for a random order: its
-# seed is printed, `--randomly-seed=S` replays one). First argument `quick`: the quick tier for
-# the edit-test loop, without the end-to-end modules (tests/conftest.py END_TO_END: real servers,
-# game generation, benchmarks).
+# queued for a busy one; TEST_WORKERS=N, or `-n N` among the arguments, sets how many, `-n 0`
+# none). Extra arguments go to pytest (e.g. `-m slow` for the long tests, `-p randomly` for a
+# random order: its seed is printed, `--randomly-seed=S` replays one). First argument `quick`: the
+# quick tier for the edit-test loop, without the end-to-end modules (tests/conftest.py END_TO_END:
+# real servers, game generation, benchmarks).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"

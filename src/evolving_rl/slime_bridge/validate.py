@@ -152,5 +152,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{VERDICT} {codes[-1]} {path}", flush=True)
     return max(codes)
 
+
 if __name__ == "__main__":
     sys.exit(main())
