@@ -8,12 +8,15 @@ against the 90% bar, and before training the model wins none (chance among the a
 A pipeline that attaches rewards to the wrong samples or trains on no solver token cannot pass
 (the issue's closing note records both broken variants). About a minute on 2 cores.
 
-Besides the learning curve, every step checks what a broken pipeline shows at once (issue 52):
+Besides the learning curve, every step checks what a broken pipeline shows at once (issue 52;
+each mutation of the trainer below was run, 2026-12-06, and failed the canary as said):
 - the trainer reproduces the sampled log-probs: `|train/ratio - 1| < 1e-4` and
-  `train/max_log_ratio < 1e-3` (a stale KV cache after the weights changed, a loss mask or the
-  logits shifted by a token, old log-probs of the wrong token, prompt tokens trained);
+  `train/max_log_ratio < 1e-3` (at step 1: logits not shifted, ratio 1.021; old log-probs of the
+  previous token, 0.524; the last prompt token trained, 0.669; at step 2: a stale KV cache after
+  the weights changed, 1.0011);
 - every sampled solver token is trained once: the sum of `train/n_tokens` equals the sum of
-  `policy/new_tokens` (the last sampled token left out);
+  `policy/new_tokens` (the last sampled token left out: 4,299 of 8,619; the loss mask shifted by
+  one token: 4,304 of 8,624; the ratio check passes on both);
 - both evaluations ran on the held-out split (`valid`), not the training one.
 
 What it does not cover, and the tests that do:
