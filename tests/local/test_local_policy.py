@@ -11,6 +11,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import itertools
+import threading
+import time
 
 import pytest
 import torch
@@ -21,6 +24,7 @@ from evolving_rl.config.schema import LocalConfig, LossConfig
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import TrainSample
 from evolving_rl.local.engine import LocalPolicy
+from evolving_rl.local.engine.decoder import Decoder
 from evolving_rl.local.engine.kv_cache import PrefixCache, shared_prefixes
 from evolving_rl.local.trainer import build_token_batch, token_log_probs
 
@@ -89,10 +93,37 @@ def test_concurrent_calls_beyond_max_batch_are_split(tokenizer):
     assert got[0].token_ids == got[4].token_ids
 
 
+def _hold_after_two_steps(policy: LocalPolicy) -> threading.Event:
+    """The engine thread, after its second decode step, waits for another request to be queued,
+    so that request can only join a running batch. Without the hold the test raced the engine
+    thread: under load it once decoded all 12 steps before the loop submitted the second request
+    (2 admissions, 22 steps of one row each). The event returned is set on reaching the hold."""
+    reached, make = threading.Event(), policy.make_decoder
+
+    def make_decoder(done) -> Decoder:
+        decoder, steps = make(done), itertools.count(1)
+        step = decoder.step
+
+        def held_step() -> None:
+            step()
+            if next(steps) == 2:
+                reached.set()
+                deadline = time.monotonic() + 60
+                while not policy._pending and time.monotonic() < deadline:
+                    time.sleep(0.001)
+
+        decoder.step = held_step
+        return decoder
+
+    policy.make_decoder = make_decoder
+    return reached
+
+
 async def _late_join(policy: LocalPolicy):
+    reached = _hold_after_two_steps(policy)
     try:
         first = asyncio.ensure_future(policy.generate(PROMPTS[1], GREEDY))
-        while policy.stats.steps < 2:  # the first request is decoding
+        while not reached.is_set():  # the first request is decoding, held
             await asyncio.sleep(0.001)
         second = await policy.generate(PROMPTS[2], GREEDY)
         return await first, second
@@ -248,7 +279,6 @@ def test_a_clear_from_another_thread_waits_for_a_store(monkeypatch):
     """`weights_changed` runs on the caller's thread while the engine thread stores: the clear
     waits for the store to finish (it used to empty the entries mid-store: a KeyError that
     killed the engine thread), and the entry stored under the old epoch goes with it."""
-    import threading
 
     import numpy as np
 
