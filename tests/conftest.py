@@ -114,6 +114,9 @@ END_TO_END = frozenset({
 })
 
 
+LIVE_SERVERS = frozenset({"retrieval_server", "real_servers"})
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "end_to_end: left out of the quick tier (conftest)")
 
@@ -122,3 +125,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if Path(item.path).relative_to(ROOT).as_posix() in END_TO_END:
             item.add_marker(pytest.mark.end_to_end)
+    # The tests on the session's live servers first, together (a stable sort: the order within
+    # each part is kept). Each xdist worker that runs one starts its own set: a retrieval cache
+    # build, the retrieval server, an ALFWorld router and two workers, ~12 s of CPU. xdist hands
+    # each worker a contiguous share of the collection, so together they fall in the first
+    # worker's share and one set is started instead of one per worker. `-p randomly` shuffles
+    # after this hook, so a random order stays random.
+    items.sort(key=lambda item: not LIVE_SERVERS.intersection(getattr(item, "fixturenames", ())))
