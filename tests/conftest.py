@@ -125,18 +125,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if Path(item.path).relative_to(ROOT).as_posix() in END_TO_END:
             item.add_marker(pytest.mark.end_to_end)
-    items.sort(key=_run_order)
-
-
-def _run_order(item: pytest.Item) -> int:
-    """Where a test goes in the run (a stable sort: the collected order within each part).
-    xdist hands each worker a contiguous share of the collection, and the tests at its end run
-    last. So, first, the tests on the session's live servers, together: each worker that runs one
-    starts its own set (a retrieval cache build, the retrieval server, an ALFWorld router and two
-    workers, ~12 s of CPU), and together they fall in one worker's share. Next the benchmarks'
-    tiny runs (10-40 s each), started early: collected last, they ran last, and teacher_cost
-    alone kept one worker busy for the 37 s after the other two had stopped. `-p randomly`
-    shuffles after this hook, so a random order stays random."""
-    if LIVE_SERVERS.intersection(getattr(item, "fixturenames", ())):
-        return 0
-    return 1 if Path(item.path).name == "test_benchmarks.py" else 2
+    # The tests on the session's live servers first, together (a stable sort: the order within
+    # each part is kept). Each xdist worker that runs one starts its own set: a retrieval cache
+    # build, the retrieval server, an ALFWorld router and two workers, ~12 s of CPU. xdist hands
+    # each worker a contiguous share of the collection, so together they fall in the first
+    # worker's share and one set is started instead of one per worker. `-p randomly` shuffles
+    # after this hook, so a random order stays random.
+    items.sort(key=lambda item: not LIVE_SERVERS.intersection(getattr(item, "fixturenames", ())))
