@@ -23,7 +23,7 @@ method works when cards come to state the answer and the solver's success with a
 above chance while the baseline's stays there; the first of these numbers that stays at zero is
 the link that breaks. `--aggregate-only` runs nothing and prints the tables of the runs already
 in `--out` (e.g. copied back from a GPU machine). `--tiny` (the test suite's smoke run): one
-method, one step.
+method, one step of 2 source tasks, 4 held-out tasks.
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ ROOT = Path(__file__).resolve().parents[1]
 METHODS = {"evolving": ("pipeline.method=evolving",),
            "grpo_baseline": ("pipeline.method=grpo_baseline",),
            "teacher": ("pipeline.method=evolving", "pipeline.skill_use=teacher")}
-TINY = {"methods": "evolving", "steps": 1}
+TINY = {"methods": "evolving", "steps": 1,
+        "sets": ["pipeline.source_tasks_per_rollout=2", "local.n_eval_games=4"]}
 
 
 def job_command(config: str, method: str, seed: int | None, steps: int, folder: Path,
