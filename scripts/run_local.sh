@@ -18,12 +18,8 @@ if [ "${1:-}" = compare ]; then
     MODULE=evolving_rl.local.experiments.compare
     shift
 fi
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONPATH="$ROOT"
-if [ "${EVOLVING_RL_SETUP:-}" = skip ]; then
-    PY="${PYTHON:-python3}"
-    PYTHONPATH="$ROOT/src:$ROOT"
-else
-    bash scripts/setup_env.sh
-    PY="${VENV:-$ROOT/.venv}/bin/python"
-fi
+# shellcheck source=scripts/lib/python_env.sh
+source scripts/lib/python_env.sh
+env_python ""  # setup_env.sh's default extras
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONPATH="$PY_PATH"
 exec "$PY" -m "$MODULE" --config "$CONFIG" "$@"

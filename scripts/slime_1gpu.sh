@@ -15,7 +15,10 @@
 #   --method M  one method of a comparison (profiles learn, probe_hidden: evolving,
 #               grpo_baseline)
 # The wheels a GPU image lacks are installed before (README, "Training with slime"). PYTHON
-# [.venv/bin/python when present, else python3] runs the recipe and the launchers. The caller's
+# [.venv/bin/python when present, else python3] runs the recipe and the launchers. A step's
+# launcher installs into .venv (scripts/setup_env.sh, the extras it needs) only when PYTHON is
+# .venv's; otherwise EVOLVING_RL_SETUP defaults to skip, and each runs PYTHON as it is
+# (scripts/lib/python_env.sh): no step reaches for the network to install. The caller's
 # SGLANG_MEM_FRACTION, MAX_TOKENS_PER_GPU, NUM_ROLLOUT, EVAL_INTERVAL and SAVE_INTERVAL replace the
 # profile's (e.g. SGLANG_MEM_FRACTION=0.25 on an 80 GB GPU).
 set -euo pipefail
@@ -25,6 +28,9 @@ cd "$ROOT"
 if [ -z "${PYTHON:-}" ]; then
     PYTHON=python3
     [ -x .venv/bin/python ] && PYTHON=.venv/bin/python
+fi
+if [ "$(realpath -ms "$PYTHON")" != "$ROOT/.venv/bin/python" ]; then
+    export EVOLVING_RL_SETUP="${EVOLVING_RL_SETUP:-skip}"
 fi
 export PYTHONPATH="$ROOT/src:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 exec "$PYTHON" -m evolving_rl.slime_bridge.recipe_run "$@"

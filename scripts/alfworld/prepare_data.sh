@@ -5,6 +5,7 @@
 #   --generate   write proven games into the config's alfworld.data_root (else the data comes
 #                from $ALFWORLD_DATA or alfworld.data_root, e.g. after `alfworld-download`)
 #   --per-type   games per task type per split: N, or train=N,valid_seen=M,valid_unseen=K
+# EVOLVING_RL_SETUP=skip installs nothing and runs $PYTHON [python3] (scripts/lib/python_env.sh).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 source "$ROOT/scripts/lib/usage.sh" "$@"
@@ -21,9 +22,10 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-bash scripts/setup_env.sh alfworld,dev >/dev/null
-export PYTHONPATH="$ROOT"
-PY="${VENV:-$ROOT/.venv}/bin/python"
+# shellcheck source=scripts/lib/python_env.sh
+source scripts/lib/python_env.sh
+env_python alfworld
+export PYTHONPATH="$PY_PATH"
 if [ "$GENERATE" = 1 ]; then
     DATA_ROOT="$("$PY" -c 'import sys; from evolving_rl.config import load_config
 print(load_config(sys.argv[1]).alfworld.data_root)' "$CONFIG")"

@@ -21,7 +21,8 @@
 #                       --dtype); a local main-job checkpoint is such a folder
 # Everything else goes to the evaluation (--config, --out, --protocols, --splits, --repeats,
 # --limit, --library, --no-servers, --fresh, ...: `python -m evolving_rl.evaluate --help`).
-# Environment: PYTHON [<repo>/.venv/bin/python], SGLANG_PORT [30000], SGLANG_TP [1],
+# Environment: PYTHON [<repo>/.venv/bin/python; python3 with EVOLVING_RL_SETUP=skip, when this
+# checkout's src/ goes first on its path: the evaluation installs nothing], SGLANG_PORT [30000], SGLANG_TP [1],
 # SGLANG_PYTHON [python3] (the interpreter that has sglang), SGLANG_START_TIMEOUT [900],
 # SLIME_DIR [<repo>/slime].
 set -euo pipefail
@@ -116,7 +117,9 @@ eval_main() {
         --local) args+=(--local "$target") ;;
     esac
     export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-    export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-    "${PYTHON:-$ROOT/.venv/bin/python}" -m evolving_rl.evaluate --config "$config" --out "$out" \
+    local py="${PYTHON:-$ROOT/.venv/bin/python}" path="$ROOT"
+    [ "${EVOLVING_RL_SETUP:-}" != skip ] || py="${PYTHON:-python3}" path="$ROOT/src:$ROOT"
+    export PYTHONPATH="$path${PYTHONPATH:+:$PYTHONPATH}"
+    "$py" -m evolving_rl.evaluate --config "$config" --out "$out" \
         "${args[@]}"
 }

@@ -9,6 +9,7 @@
 #                i.e. the folder holding data/train/*.json (or train/*.json) and the test zip
 # The official test zip needs MIND2WEB_ZIP_PASSWORD (the password on the dataset card).
 # Output: <mind2web.prepared_dir>/{train,test_task,test_website,test_domain,all}.jsonl
+# EVOLVING_RL_SETUP=skip installs nothing and runs $PYTHON [python3] (scripts/lib/python_env.sh).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 source "$ROOT/scripts/lib/usage.sh" "$@"
@@ -27,9 +28,10 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-bash scripts/setup_env.sh mind2web,dev >/dev/null
-export PYTHONPATH="$ROOT"
-PY="${VENV:-$ROOT/.venv}/bin/python"
+# shellcheck source=scripts/lib/python_env.sh
+source scripts/lib/python_env.sh
+env_python mind2web
+export PYTHONPATH="$PY_PATH"
 if [ -z "$DATA_ROOT" ]; then
     DATA_ROOT="${MIND2WEB_DATA:-$("$PY" -c 'import sys; from evolving_rl.config import load_config
 print(load_config(sys.argv[1]).mind2web.data_root)' "$CONFIG")}"
