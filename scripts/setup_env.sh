@@ -34,17 +34,19 @@
 #                      packages of a system interpreter (not those of a venv it was made from)
 #   PYTHON             interpreter for a new venv (default python3)
 #   EVOLVING_RL_INSTALLER  uv (default) or pip. A wheelhouse install is pip's
-#   EVOLVING_RL_WHEELS     the folder of the sdist-only dependencies' wheels (see above)
+#   EVOLVING_RL_WHEELS     the folder of the sdist-only dependencies' wheels (see above; the
+#                          wheelhouse scripts take them from it: scripts/lib/sdist_wheels.sh)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=scripts/lib/pins.sh
 source "$ROOT/scripts/lib/pins.sh"
+# shellcheck source=scripts/lib/sdist_wheels.sh
+source "$ROOT/scripts/lib/sdist_wheels.sh"
 VENV="${VENV:-$ROOT/.venv}"
 PYTHON="${PYTHON:-python3}"
 TORCH_MODE="${EVOLVING_RL_TORCH:-auto}"
 TORCH_CPU_INDEX="${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
 INSTALLER="${EVOLVING_RL_INSTALLER:-uv}"
-WHEELS="${EVOLVING_RL_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/evolving_rl/wheels}"
 if [ "${1:-}" = --wheelhouse ]; then
     [ $# -ge 2 ] || { echo "setup_env: --wheelhouse needs a folder" >&2; exit 2; }
     WHEELHOUSE="$2"
@@ -189,14 +191,13 @@ pip_with_progress() {  # <pip args...>: pip's per-package lines (collecting, bui
     _progress_lines "$log" "$((shown + 1))" '$'
 }
 
-sdist_wheels() {  # the SDIST_ONLY wheels into $WHEELS, built by pip where missing
-    local missing=() pin name
+sdist_wheels() {  # the SDIST_ONLY wheels into $SDIST_WHEELS, built by pip where missing
+    local missing=() pin
     for pin in $SDIST_ONLY; do
-        name="${pin%%==*}"
-        compgen -G "$WHEELS/${name//-/_}-${pin#*==}-*.whl" >/dev/null || missing+=("$pin")
+        sdist_wheel "$pin" >/dev/null || missing+=("$pin")
     done
     [ ${#missing[@]} -eq 0 ] || "$VENV/bin/python" -m pip wheel --disable-pip-version-check -q \
-        --no-deps -w "$WHEELS" "${missing[@]}"
+        --no-deps -w "$SDIST_WHEELS" "${missing[@]}"
 }
 
 install_project() {  # with uv, else (or where uv fails) pip
@@ -205,7 +206,7 @@ install_project() {  # with uv, else (or where uv fails) pip
             "a few minutes, then seconds from its cache); full log: $VENV/setup.log" >&2
         local links=()
         if [[ ",$EXTRAS," == *",alfworld,"* ]] && sdist_wheels; then
-            links=(--find-links "$WHEELS")
+            links=(--find-links "$SDIST_WHEELS")
         fi
         uv_install "${links[@]}" -e "${ROOT}[$EXTRAS]" && return 0
         echo "setup_env: uv failed; installing with pip" >&2

@@ -25,7 +25,9 @@
 #                         built by this script from the same --present
 #   --extras LIST         with --env-wheels: the project's extras (default alfworld,mind2web,
 #                         retrieval,local: the env, Mind2Web and retrieval servers, and `local`
-#                         for gguf, which the GGUF model's conversion needs)
+#                         for the GGUF model's conversion). A profile's own: retrieval,local for
+#                         the probes, mind2web,retrieval,local for web; only alfworld (profiles
+#                         alfworld, learn) has sdists to build
 # How the image's packages are left out: each `name==version` of --present becomes a dist-info
 # holding only its name and version in the venv pip resolves in, so pip takes it as installed:
 # kept where its version satisfies the closure (not downloaded), replaced where it does not (the
@@ -44,8 +46,10 @@
 # the image nor the slime wheelhouse has: the project's wheel (src/ at build time) and the
 # closure of evolving_rl[--extras], less the image's packages with SLIME_WH's installed over them
 # (all of SLIME_WH's pinned: the closure must not replace one). The sdist-only fast-downward-
-# textworld and jericho are built here as wheels, stripped (scripts/wheelhouse.sh: pure-Python
-# wheels loading a ctypes library; this machine's glibc must be <= the image's). PROVIDED.tsv
+# textworld and jericho are taken from the wheels setup_env.sh built on this machine
+# (scripts/lib/sdist_wheels.sh: $EVOLVING_RL_WHEELS), else built here (minutes each), and
+# stripped (scripts/wheelhouse.sh: pure-Python wheels loading a ctypes library; this machine's
+# glibc must be <= the image's). PROVIDED.tsv
 # says which requirements the image or SLIME_WH met (gguf: SGLang needs it too). Both installed
 # at once on the image: python3 -m pip install --no-index --no-deps --find-links SLIME_WH
 #   --find-links DEST -r SLIME_WH/requirements.txt -r DEST/requirements.txt

@@ -17,7 +17,9 @@
 # compiled part through ctypes, so built here for the target's glibc or older) are built with
 # debug symbols stripped from their shared objects (libdownward.so ~34 MB -> ~1 MB), repacked
 # with `wheel pack` (RECORD hashes redone). The project's own wheel is included too.
-# Each sdist is built once: the alfworld extra's (ALFWORLD_SDISTS) before the resolution, which
+# Each sdist is built once: the wheels setup_env.sh built on this machine are taken as they are
+# (scripts/lib/sdist_wheels.sh: $EVOLVING_RL_WHEELS, default ~/.cache/evolving_rl/wheels), the
+# others are built here; the alfworld extra's (ALFWORLD_SDISTS) before the resolution, which
 # then reads the built wheels' metadata instead of building each sdist for it (the setup.py of
 # fast-downward-textworld compiles on every run). An sdist the resolver still picks is built for
 # its metadata and again for the wheelhouse, said in the progress. Measured: docs/results/
@@ -30,6 +32,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=scripts/lib/pins.sh
 source "$ROOT/scripts/lib/pins.sh"
+# shellcheck source=scripts/lib/sdist_wheels.sh
+source "$ROOT/scripts/lib/sdist_wheels.sh"
 
 PYV=3.12
 PLATFORM=manylinux_2_28_x86_64
@@ -169,10 +173,21 @@ project_requirement() {  # NAME: pyproject.toml's requirement of NAME (e.g. "nam
     echo "${spec:-$1}"
 }
 
-build_sdists() {  # build_sdists DIR REQ...: a wheel of each sdist REQ into DIR, built once
-    local dir="$1"
+build_sdists() {  # build_sdists DIR REQ...: a wheel of each sdist REQ into DIR: setup_env.sh's
+    # where it built that one already (scripts/lib/sdist_wheels.sh), else built here
+    local dir="$1" req wheel missing=()
     shift
-    step "building $# sdist-only wheels ($*)" "$BPY" -m pip wheel --no-deps -w "$dir" "$@"
+    mkdir -p "$dir"
+    for req in "$@"; do
+        if wheel="$(sdist_wheel "$req")"; then
+            progress "$req: $wheel (built by setup_env.sh), not compiled again"
+            cp "$wheel" "$dir/"
+        else
+            missing+=("$req")
+        fi
+    done
+    [ ${#missing[@]} -eq 0 ] || step "building ${#missing[@]} sdist-only wheels (${missing[*]})" \
+        "$BPY" -m pip wheel --no-deps -w "$dir" "${missing[@]}"
 }
 
 strip_wheel() {  # strip_wheel WHEEL OUTDIR: strip debug symbols of its shared objects, repack

@@ -21,6 +21,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -338,6 +339,32 @@ def test_begin_build_skips_a_wheelhouse_of_the_same_inputs(tmp_path):
     assert other.returncode == 0, other.stderr
     assert "built in .slime-wheelhouse-build." in other.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["wh"]  # the temporary folder removed
+
+
+@pytest.mark.parametrize("cached", [(), (0,), (0, 1)])
+def test_the_sdist_wheels_setup_env_built_are_taken_not_compiled_again(cached, tmp_path):
+    """build_sdists (both wheelhouse scripts): each sdist-only pin whose wheel setup_env.sh
+    built into EVOLVING_RL_WHEELS is copied; pip compiles only the others. An --env-wheels
+    build once spent 669 of its 742 s compiling them again (issue 59 section 4)."""
+    pins = re.search(r'^SDIST_ONLY="([^"]+)"', (LIB / "pins.sh").read_text(), re.M)[1].split()
+    cache, out, calls = tmp_path / "cache", tmp_path / "out", tmp_path / "calls"
+    cache.mkdir()
+    wheels = [pin.replace("-", "_").replace("==", "-") + "-py3-none-any.whl" for pin in pins]
+    for i in cached:
+        (cache / wheels[i]).write_text(pins[i])
+    old = pins[0].replace("-", "_").split("==")[0] + "-0.1-py3-none-any.whl"
+    (cache / old).write_text("another version")
+    pip = tmp_path / "python"
+    pip.write_text(f'#!/bin/sh\necho "$*" >> "{calls}"\n')
+    pip.chmod(0o755)
+    script = (f'source "{SCRIPT}"; LOG="$1" BPY="$2"; build_sdists "$3" "${{@:4}}"')
+    done = run(["bash", "-c", script, "build", str(tmp_path / "log"), str(pip), str(out), *pins],
+               env={**os.environ, "EVOLVING_RL_WHEELS": str(cache)})
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in out.iterdir()) == sorted(wheels[i] for i in cached)
+    left = [pin for i, pin in enumerate(pins) if i not in cached]
+    expected = [f"-m pip wheel --no-deps -w {out} {' '.join(left)}"] if left else []
+    assert (calls.read_text().splitlines() if calls.exists() else []) == expected
 
 
 def test_pip_resolves_the_env_wheels_over_the_slime_wheelhouse_offline(tmp_path):
