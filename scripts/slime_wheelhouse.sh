@@ -200,16 +200,19 @@ fetch_planned() {  # the plan's wheels into HOUSE: the index's downloaded, those
 }
 
 requirements_header() {  # what was built from what, and the command that installs it
-    local when
+    local when taken
     when="$(date -u +%Y-%m-%dT%H:%MZ)"
     if [ -n "$SLIME_HOUSE" ]; then
         echo "# scripts/slime_wheelhouse.sh --env-wheels $when: Python $PYV, $PLATFORM," \
-            "evolving_rl[$EXTRAS] (its wheel and the sdist-only ones built here), less the" \
+            "evolving_rl[$EXTRAS] (its wheel and the sdist-only ones), less the" \
             "image's packages in present.txt and the slime wheelhouse $SLIME_HOUSE"
         echo "# inputs $STAMP"
         echo "# offline, with that slime wheelhouse (S), into the image's Python: python3 -m pip"
         echo "#   install --no-index --no-deps --find-links S --find-links <this folder>"
         echo "#   -r S/requirements.txt -r <this folder>/requirements.txt"
+        taken="$(from_slime_house)"
+        [ -z "$taken" ] || echo "# not without S, which gives it $taken and what they need" \
+            "(PROVIDED.tsv)"
     else
         echo "# scripts/slime_wheelhouse.sh $when: Python $PYV, $PLATFORM, SGLang" \
             "$SGLANG_VERSION, slime $("$BPY" "$HELPER" slime-label "$SLIME_DIR" "$ROOT")," \
@@ -218,6 +221,11 @@ requirements_header() {  # what was built from what, and the command that instal
         echo "# offline, into the image's Python: python3 -m pip install --no-index --no-deps"
         echo "#   --find-links <this folder> -r <this folder>/requirements.txt"
     fi
+}
+
+from_slime_house() {  # "name version, ..." of the env wheels' requirements the slime wheelhouse met
+    awk -F'\t' 'NR > 1 && $3 == "slime-wheelhouse" { printf "%s%s %s", sep, $1, $2; sep = ", " }' \
+        "$HOUSE/PROVIDED.tsv"
 }
 
 write_requirements() {  # requirements.txt: hash-pinned name==version of each wheel, a header

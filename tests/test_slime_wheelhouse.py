@@ -499,3 +499,25 @@ def test_plan_file_round_trip(tmp_path):
     path = tmp_path / "plan.txt"
     path.write_text("".join(helper.plan_line(p) + "\n" for p in plan))
     assert helper.read_plan_file(path) == plan
+
+
+@pytest.mark.parametrize("taken", [True, False])
+def test_the_env_wheels_header_names_what_only_the_slime_wheelhouse_gives(taken, tmp_path):
+    """Issue 59 section 4: the env wheels alone lacked gguf (the GGUF conversion), pydantic,
+    prompt-toolkit and smart-open, which their closure took from the slime wheelhouse."""
+    house = tmp_path / "house"
+    house.mkdir()
+    (house / helper.MANIFEST).write_text("\t".join(helper.MANIFEST_FIELDS) + "\n")
+    rows = [("numpy", "1.26.4", "image", "evolving-rl > gguf")]
+    if taken:
+        rows += [("gguf", "0.19.0", "slime-wheelhouse", "evolving-rl"),
+                 ("pydantic", "2.12.5", "slime-wheelhouse", "evolving-rl > spacy")]
+    (house / helper.PROVIDED).write_text("\n".join(
+        "\t".join(row) for row in [helper.PROVIDED_FIELDS, *rows]) + "\n")
+    script = ('source "$1"; HOUSE="$2" SLIME_HOUSE=/s STAMP=abc EXTRAS=local; '
+              'write_requirements; cat "$HOUSE/requirements.txt"')
+    result = run(["bash", "-c", script, "header", str(SCRIPT), str(house)])
+    assert result.returncode == 0, result.stderr
+    named = [line for line in result.stdout.splitlines() if line.startswith("# not without S")]
+    assert named == (["# not without S, which gives it gguf 0.19.0, pydantic 2.12.5 and what "
+                      "they need (PROVIDED.tsv)"] if taken else [])
