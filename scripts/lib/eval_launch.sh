@@ -21,10 +21,10 @@
 #                       --dtype); a local main-job checkpoint is such a folder
 # Everything else goes to the evaluation (--config, --out, --protocols, --splits, --repeats,
 # --limit, --library, --no-servers, --fresh, ...: `python -m evolving_rl.evaluate --help`).
-# Environment: PYTHON [<repo>/.venv/bin/python; python3 with EVOLVING_RL_SETUP=skip, when this
-# checkout's src/ goes first on its path: the evaluation installs nothing], SGLANG_PORT [30000], SGLANG_TP [1],
-# SGLANG_PYTHON [python3] (the interpreter that has sglang), SGLANG_START_TIMEOUT [900],
-# SLIME_DIR [<repo>/slime].
+# Environment: PYTHON [<repo>/.venv/bin/python; python3 with EVOLVING_RL_SETUP=skip, which also
+# puts this checkout's src/ first on its path: the evaluation installs nothing], SGLANG_PORT
+# [30000], SGLANG_TP [1], SGLANG_PYTHON [python3] (the interpreter that has sglang),
+# SGLANG_START_TIMEOUT [900], SLIME_DIR [<repo>/slime].
 set -euo pipefail
 
 header() {  # <file>: its header comment (after the shebang, up to the first code line), unmarked
