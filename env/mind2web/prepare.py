@@ -25,9 +25,11 @@ by it would be refused), naming the task (`TaskIdError`); a task file that does 
 (truncated, say) is an error naming the file and line (`env.json_files.JSONFileError`); the CLI
 prints each of these errors as one line and exits 2.
 `all` is the four splits in that order. Writes are atomic (temp + rename); `manifest.json` holds
-the inputs' sizes and mtimes and the id limit they were checked against, and a run whose inputs
-and limit are unchanged writes nothing (splits prepared before the limit was checked are
-prepared again, so their ids are).
+each input's path under the root, size, mtime and sha256, and the id limit they were checked
+against; a run whose inputs and limit are unchanged writes nothing (splits prepared before the
+limit was checked are prepared again, so their ids are). An input is unchanged when its size
+and mtime are, or, where a copy changed the mtime (tar, rsync, another machine or folder), its
+content is (`unchanged`): the root's place is not part of what made the splits.
 
     MIND2WEB_ZIP_PASSWORD=... python -m env.mind2web.prepare --config configs/web.yaml
 """
@@ -48,6 +50,7 @@ from pathlib import Path
 import ijson
 from tqdm import tqdm
 
+from env.file_identity import file_sha256, same_file
 from env.json_files import JSONFileError, read_json, stream_json
 from env.mind2web.testzip import (
     PASSWORD_ENV,
@@ -217,11 +220,20 @@ def refuse_links(data_root: Path, files: dict[str, list[Path]]) -> None:
 
 
 def _fingerprint(data_root: Path, files: dict[str, list[Path]]) -> list:
-    return [[p.relative_to(data_root).as_posix(), p.stat().st_size, p.stat().st_mtime_ns]
-            for split in SPLITS for p in files[split]]
+    """[path under the root, size, mtime_ns, sha256] of every task file, split by split."""
+    return [[p.relative_to(data_root).as_posix(), p.stat().st_size, p.stat().st_mtime_ns,
+             file_sha256(p)] for split in SPLITS for p in files[split]]
 
 
-def _up_to_date(prepared_dir: Path, inputs: list) -> dict | None:
+def unchanged(path: Path, entry: list) -> bool:
+    """Whether `path` is the task file a manifest's `inputs` entry recorded ([path, size,
+    mtime_ns, sha256]; [path, size, mtime_ns] from before the digests), by
+    `env.file_identity`'s rule."""
+    return same_file(path, entry[1], entry[2], entry[3] if len(entry) > 3 else None)
+
+
+def _up_to_date(prepared_dir: Path, data_root: Path,
+                files: dict[str, list[Path]]) -> dict | None:
     manifest_path = prepared_dir / "manifest.json"
     if not manifest_path.is_file():
         return None
@@ -233,7 +245,14 @@ def _up_to_date(prepared_dir: Path, inputs: list) -> dict | None:
     if not isinstance(manifest, dict) or manifest.get("max_id_chars") != MAX_ID_CHARS:
         return None  # written before the ids were checked against this limit: check them now
     present = all((prepared_dir / f"{name}.jsonl").is_file() for name in (*SPLITS, "all"))
-    return manifest if present and manifest.get("inputs") == inputs else None
+    paths = [p for split in SPLITS for p in files[split]]
+    inputs = manifest.get("inputs")
+    if not (present and isinstance(inputs, list) and len(inputs) == len(paths)):
+        return None
+    same = all(isinstance(entry, list) and len(entry) in (3, 4)
+               and entry[0] == path.relative_to(data_root).as_posix() and unchanged(path, entry)
+               for entry, path in zip(inputs, paths, strict=True))
+    return manifest if same else None
 
 
 def _tmp(path: Path) -> Path:
@@ -297,8 +316,7 @@ def prepare(data_root: str | Path, prepared_dir: str | Path, password: str | Non
     for split in required:
         if not files[split]:
             raise EmptySplitError(empty_split_message(data_root, split))
-    inputs = _fingerprint(data_root, files)
-    manifest = _up_to_date(prepared_dir, inputs)
+    manifest = _up_to_date(prepared_dir, data_root, files)
     if manifest is not None:
         logger.info("%s is up to date", prepared_dir)
         return manifest
@@ -317,7 +335,8 @@ def prepare(data_root: str | Path, prepared_dir: str | Path, password: str | Non
         raise
     for name in names:
         os.replace(_tmp(prepared_dir / f"{name}.jsonl"), prepared_dir / f"{name}.jsonl")
-    manifest = {"data_root": str(data_root), "inputs": inputs, "max_id_chars": MAX_ID_CHARS,
+    manifest = {"data_root": str(data_root), "inputs": _fingerprint(data_root, files),
+                "max_id_chars": MAX_ID_CHARS,
                 "splits": splits}
     _tmp(prepared_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     os.replace(_tmp(prepared_dir / "manifest.json"), prepared_dir / "manifest.json")

@@ -11,7 +11,9 @@ so a stray copy is never served in place of the original.
 Symbolic links are not followed (a linked folder or file under the root is logged and not
 served, wherever it points: `env.mind2web.prepare` refuses them alike), and `check_prepared`
 stops a server whose tasks do not cover, unchanged, the files the prepared splits came from (or
-whose prepared `manifest.json` does not parse: named with its line).
+whose prepared `manifest.json` does not parse: named with its line). Unchanged is
+`env.mind2web.prepare.unchanged`'s: the same size, and the same mtime or content, wherever the
+root was when the splits were prepared (a data folder copied to a GPU node is served).
 A task is named by annotation id, or by (file relative to the root, index): a file
 outside the root (`../`, absolute, symlinked out) gets one fixed message decided before anything
 is looked up, and only indexed files are ever opened, so an answer never reveals what exists
@@ -37,7 +39,7 @@ import ijson
 from tqdm import tqdm
 
 from env.json_files import JSONFileError, read_json, stream_json
-from env.mind2web.prepare import SPLITS, split_home
+from env.mind2web.prepare import SPLITS, split_home, unchanged
 from env.mind2web.snapshot import Snapshot, build_snapshot, clean
 from env.mind2web.validate import GoldStep
 from env.wire import WireError
@@ -193,15 +195,20 @@ def check_prepared(store: TaskStore, prepared_dir: str | Path) -> None:
         manifest = read_json(manifest_path)
     except JSONFileError as err:
         raise TaskDataError(f"{err}: run scripts/web/prepare_data.sh again") from None
-    if Path(manifest["data_root"]) != store.root:
-        raise TaskDataError(f"{prepared_dir} was prepared from {manifest['data_root']} but the "
-                            f"server serves {store.root}: prepare that root or serve that one")
-    for rel, size, mtime_ns in manifest["inputs"]:
+    inputs = manifest.get("inputs") if isinstance(manifest, dict) else None
+    if not isinstance(inputs, list) or not all(
+            isinstance(entry, list) and len(entry) in (3, 4) for entry in inputs):
+        raise TaskDataError(f"{manifest_path} has no list of inputs: run "
+                            "scripts/web/prepare_data.sh again")
+    if Path(manifest.get("data_root", "")) != store.root:
+        logger.info("%s was prepared from %s; the server serves %s: checking each task file by "
+                    "size and content", prepared_dir, manifest.get("data_root"), store.root)
+    for entry in inputs:
+        rel = entry[0]
         if not store.serves(rel):
             raise TaskDataError(f"{rel} (prepared in {prepared_dir}) is not served from "
                                 f"{store.root}: it is missing or reached through a link")
-        stat = (store.root / rel).stat()
-        if (stat.st_size, stat.st_mtime_ns) != (size, mtime_ns):
+        if not unchanged(store.root / rel, entry):
             raise TaskDataError(f"{rel} changed since {prepared_dir} was prepared: run "
                                 "scripts/web/prepare_data.sh again")
 

@@ -12,10 +12,10 @@ extraction to save space is a normal setup; the warning says nothing checks them
 decrypted into a staging folder — by the compiled `unzip` where installed
 (`env.mind2web.unzip_tool`: the password typed at its prompt, never on a command line), else
 streamed by `zipfile` (bounded memory, slower) — under a progress bar that says which, then each
-split folder is replaced by rename. A marker per zip (next to it: `.<zip>.extracted`, its size
-and mtime) makes a second run a no-op while the split folders exist. The password comes from the
-caller (the CLI reads $MIND2WEB_ZIP_PASSWORD); a missing or wrong one raises `ZipPasswordError`
-saying what to do.
+split folder is replaced by rename. A marker per zip (next to it: `.<zip>.extracted`, its size,
+mtime and sha256: `env.file_identity`) makes a second run a no-op while the split
+folders exist, also in a copy of the data folder. The password comes from the caller (the CLI reads
+$MIND2WEB_ZIP_PASSWORD); a missing or wrong one raises `ZipPasswordError` saying what to do.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from pathlib import Path, PurePosixPath
 
 from tqdm import tqdm
 
+from env.file_identity import file_sha256, same_file
 from env.mind2web.unzip_tool import UnzipError, plain_names, unzip_available, unzip_members
 
 logger = logging.getLogger(__name__)
@@ -63,7 +64,20 @@ def _members(archive: zipfile.ZipFile) -> dict[str, tuple[str, str]]:
 
 def _fingerprint(path: Path) -> dict:
     stat = path.stat()
-    return {"zip": path.name, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    return {"zip": path.name, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+            "sha256": file_sha256(path)}
+
+
+def _marks(marker: Path, zip_path: Path) -> bool:
+    """Whether the extraction marker names this zip as it is now (by
+    `env.file_identity`'s rule: a copied data folder's zip is the same zip, and
+    needs no password again)."""
+    try:
+        mark = json.loads(marker.read_text())
+        return mark["zip"] == zip_path.name and same_file(
+            zip_path, mark["size"], mark["mtime_ns"], mark.get("sha256"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def _marker(zip_path: Path) -> Path:
@@ -141,7 +155,7 @@ def _copy_out(archive: zipfile.ZipFile, members: dict, staging: Path, password: 
 
 def _extracted(zip_path: Path, out_dir: Path, splits: set[str]) -> bool:
     marker = _marker(zip_path)
-    return (marker.is_file() and json.loads(marker.read_text()) == _fingerprint(zip_path)
+    return (marker.is_file() and _marks(marker, zip_path)
             and all((out_dir / split).is_dir() for split in splits))
 
 

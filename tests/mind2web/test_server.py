@@ -454,15 +454,25 @@ def test_links_are_not_followed_and_the_prepared_splits_must_be_served(mind2web_
         check_prepared(linked, prepared)
 
 
-def test_prepared_rows_from_another_root_or_a_changed_file_stop_the_server(mind2web_prepared,
-                                                                          tmp_path):
+def test_prepared_rows_from_a_copied_root_are_served_and_a_changed_file_stops_the_server(
+        mind2web_prepared, tmp_path):
+    """A data folder prepared at one place and copied to another (a GPU node: the tar there kept
+    mtimes to the second, 2026-12-07) is the same data: served. A file whose content changed is
+    not, whatever its size; nor one of another size."""
     root, prepared = _copy_and_prepare(mind2web_prepared, tmp_path)
-    with pytest.raises(TaskDataError, match="prepared from .* but the server serves"):
-        check_prepared(TaskStore(root, tmp_path / "cache", 4, 4), mind2web_prepared.prepared_dir)
-    source = sorted((root / "data" / "test_task").glob("*.json"))[0]
-    source.write_text(json.dumps(json.loads(source.read_text())[:1]))
+    moved = Path(shutil.copytree(root, tmp_path / "elsewhere", copy_function=shutil.copyfile))
+    source = sorted((moved / "data" / "test_task").glob("*.json"))[0]
+    assert source.stat().st_mtime_ns != (root / source.relative_to(moved)).stat().st_mtime_ns
+    check_prepared(TaskStore(moved, tmp_path / "cache2", 4, 4), prepared)
+    text = source.read_text()
+    at = text.index('"confirmed_task": "') + len('"confirmed_task": "')
+    source.write_text(text[:at] + text[at].swapcase() + text[at + 1:])  # same size, other text
+    assert text[at].isalpha() and source.stat().st_size == len(text.encode())
     with pytest.raises(TaskDataError, match=f"data/test_task/{source.name} changed since"):
-        check_prepared(TaskStore(root, tmp_path / "cache", 4, 4), prepared)
+        check_prepared(TaskStore(moved, tmp_path / "cache3", 4, 4), prepared)
+    source.write_text(json.dumps(json.loads(text)[:1]))
+    with pytest.raises(TaskDataError, match=f"data/test_task/{source.name} changed since"):
+        check_prepared(TaskStore(moved, tmp_path / "cache4", 4, 4), prepared)
 
 
 def test_sigterm_answers_every_request_already_sent(mind2web_prepared, tmp_path):

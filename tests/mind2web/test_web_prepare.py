@@ -96,10 +96,28 @@ def test_second_run_does_nothing_and_a_changed_input_reruns(fresh_root, tmp_path
     assert outputs(prepared) == first
     assert {p: p.stat().st_mtime_ns for p in extracted} == extracted
     train_file = next((fresh_root / "data" / "train").glob("*.json"))
-    train_file.write_text(train_file.read_text()[:-1] + "]")  # same tasks, new mtime
+    text = train_file.read_text()
+    train_file.write_text(text)  # the same bytes, a new mtime: nothing to do
+    prepare(fresh_root, prepared)
+    assert outputs(prepared) == first
+    tasks = json.loads(text)
+    tasks[0]["confirmed_task"] += " now"
+    train_file.write_text(json.dumps(tasks))
     prepare(fresh_root, prepared)
     assert outputs(prepared)["train.jsonl"] != first["train.jsonl"]
     assert not [p for p in prepared.iterdir() if ".tmp" in p.name]
+
+
+def test_a_copied_data_folder_is_prepared_already_and_needs_no_password(fresh_root, tmp_path,
+                                                                        mind2web_spec):
+    """Prepared on a machine with the password and copied to a GPU node (new mtimes, another
+    path, 2026-12-07): the zip is extracted already and the splits are up to date there."""
+    prepared = tmp_path / "prepared"
+    prepare(fresh_root, prepared, password=mind2web_spec.password)
+    first = outputs(prepared)
+    moved = Path(shutil.copytree(fresh_root, tmp_path / "node", copy_function=shutil.copyfile))
+    prepare(moved, prepared, password=None)
+    assert outputs(prepared) == first
 
 
 def test_wrong_or_missing_password_says_what_to_do(fresh_root, tmp_path):
