@@ -72,3 +72,16 @@ def test_the_check_reads_the_megatron_checkout_and_warns_loudly(tmp_path, monkey
     monkeypatch.setitem(sys.modules, "sglang_router", types.SimpleNamespace(__version__="0.3.2"))
     assert stack.main(["--config", str(config), "--megatron-dir", str(megatron)]) == 2
     assert "slime's fork of sglang-router" in caplog.text
+
+
+def test_a_megatron_copy_inside_another_repository_has_no_commit_of_its_own(tmp_path):
+    """A copy of Megatron-LM in a folder of another git work tree (this checkout's ignored
+    upstream/, as on the GPU run of 2026-12-07) is not at that tree's HEAD: no commit seen,
+    no false mismatch; the top of a checkout is read."""
+    outer = tmp_path / "repo"
+    git = ["git", "-C", str(outer), "-c", "user.name=t", "-c", "user.email=t@t"]
+    (outer / "upstream" / "Megatron-LM" / "megatron").mkdir(parents=True)
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    assert stack._git_head(outer / "upstream" / "Megatron-LM") is None
+    assert stack._git_head(outer) is not None

@@ -74,13 +74,19 @@ def _sglang_version() -> str | None:
 
 
 def _git_head(folder: Path) -> str | None:
-    """The commit checked out in `folder` when it is a git work tree."""
+    """The commit checked out in `folder` when it is the top of a git work tree. A folder
+    inside another repository (a copy of Megatron-LM under this checkout's ignored upstream/,
+    2026-12-07: it reported this repo's own HEAD as Megatron's commit) has no commit of its own."""
     try:
-        result = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"],
-                                capture_output=True, text=True, timeout=30)
+        result = subprocess.run(["git", "-C", str(folder), "rev-parse", "--show-toplevel",
+                                 "HEAD"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return result.stdout.strip() if result.returncode == 0 else None
+    lines = result.stdout.split()
+    if result.returncode != 0 or len(lines) != 2:
+        return None
+    top, head = lines
+    return head if Path(top).resolve() == folder.resolve() else None
 
 
 def find_stack(megatron_dir: Path) -> FoundStack:
