@@ -47,8 +47,10 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def _buckets(metrics: Mapping[str, float], prefix: str) -> list[str]:
-    names = {key.split("/")[2] for key in metrics if key.startswith(f"eval/{prefix}/")}
-    return sorted(names)
+    """The bucket names of `eval/<prefix>/<name>/<metric>` keys; a name may hold "/" (Mind2Web's
+    task types are domain/subdomain: "Travel/Hotel")."""
+    head = f"eval/{prefix}/"
+    return sorted({key[len(head):].rsplit("/", 1)[0] for key in metrics if key.startswith(head)})
 
 
 def _success_rows(split_results: Mapping[str, Mapping[str, float]]) -> list[list[str]]:
