@@ -103,20 +103,22 @@ eval_main() {
     done
     [ -n "$mode" ] || eval_fail "give a checkpoint: --hf, --url, --openai-url, --torch-dist or --local (--help)"
     out="${out:-runs/eval/$(basename "${config%.yaml}")-$(basename "$target")}"
+    export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+    export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
     case "$mode" in
         --torch-dist)
             target="$(_convert_torch_dist "$target" "$hf_base" "$out/hf")"
             _sglang_start "$target" "$out"
             args+=(--sglang-url "$SGLANG_URL" --tokenizer "$target") ;;
         --hf)
+            "${PYTHON:-$ROOT/.venv/bin/python}" -m evolving_rl.local.checkpoints "$target" \
+                || eval_fail "refusing to serve $target"
             _sglang_start "$target" "$out"
             args+=(--sglang-url "$SGLANG_URL" --tokenizer "$target") ;;
         --url) args+=(--sglang-url "$target") ;;
         --openai-url) args+=(--openai-url "$target") ;;
         --local) args+=(--local "$target") ;;
     esac
-    export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-    export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
     "${PYTHON:-$ROOT/.venv/bin/python}" -m evolving_rl.evaluate --config "$config" --out "$out" \
         "${args[@]}"
 }

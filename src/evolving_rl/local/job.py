@@ -208,11 +208,14 @@ async def train_and_evaluate(cfg: Config, models: Models, log: MetricsLog, resul
 
 
 def _maybe_checkpoint(cfg: Config, models: Models, result: JobResult, final: bool = False) -> None:
+    """Save every `local.checkpoint_every` steps and at the end; a step this run saved already
+    is never written again (the final stage after a step that `checkpoint_every` divides)."""
     step, every = models.trainer.step_count, cfg.local.checkpoint_every
-    if final or (every and step % every == 0):
-        result.checkpoint = models.trainer.save(
-            result.run_dir / "checkpoints" / f"step_{step:04d}", models.tokenizer)
-        logger.info("checkpoint %s", result.checkpoint)
+    folder = result.run_dir / "checkpoints" / f"step_{step:04d}"
+    if folder == result.checkpoint or not (final or (every and step % every == 0)):
+        return
+    result.checkpoint = models.trainer.save(folder, models.tokenizer)
+    logger.info("checkpoint %s", result.checkpoint)
 
 
 def write_run_config(cfg: Config, run_dir: Path) -> Path:

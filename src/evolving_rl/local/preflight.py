@@ -15,7 +15,8 @@ Owns what a mistake would otherwise cost a run, found before an earlier run is m
 - models: `local.model` is one of `GGUF_MODELS` whose converted folder exists or whose GGUF file
   can be found (else the fetch hint of `GgufModel.gguf_path`), `tiny-char` with
   `local.random_init` (it has no weights), or an HF folder (config.json);
-  `local.resume_from` is a checkpoint folder; `retrieval.model` resolves
+  `local.resume_from` is a complete checkpoint folder (`local.checkpoints.incomplete_reason`:
+  weights and trainer state whole); `retrieval.model` resolves
   (`retrieval.encoder.resolve_model`);
 - disk: the filesystem of `run.output_dir` has room for the checkpoints the run will write,
   estimated from the parameter count in the safetensors headers of the folder the weights start
@@ -47,6 +48,7 @@ import torch
 from env.launch import free_port_block, port_taken
 from evolving_rl.config import ConfigError
 from evolving_rl.config.schema import Config, LocalConfig
+from evolving_rl.local.checkpoints import incomplete_reason
 from evolving_rl.local.model import DTYPES, GGUF_MODELS
 from evolving_rl.local.tiny_model import TINY_CHAR
 from evolving_rl.retrieval.encoder import ModelLoadError, resolve_model
@@ -136,8 +138,11 @@ def model_problems(cfg: Config) -> list[str]:
     """`local.model`, `local.resume_from` and `retrieval.model` (module docstring)."""
     local = cfg.local
     problems = []
-    if local.resume_from and not _has_config(Path(local.resume_from)):
-        problems.append(f"local.resume_from: no checkpoint (config.json) in {local.resume_from}")
+    incomplete = (incomplete_reason(Path(local.resume_from), trainer_state=True)
+                  if local.resume_from else None)
+    if incomplete:
+        problems.append(f"local.resume_from: no checkpoint to resume from in "
+                        f"{local.resume_from} ({incomplete}); give a complete one")
     spec = GGUF_MODELS.get(local.model)
     if local.model == TINY_CHAR and not local.random_init:
         problems.append(f"local.model: {TINY_CHAR!r} has no weights; build it at random with "
