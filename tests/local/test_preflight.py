@@ -7,9 +7,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import shutil
 import socket
 import struct
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,7 +21,7 @@ import torch
 
 import evolving_rl.local.job as job
 from env.launch import free_port, free_port_block
-from evolving_rl.config import load_config
+from evolving_rl.config import ConfigError, load_config
 from evolving_rl.config.schema import LocalConfig
 from evolving_rl.local.__main__ import main
 from evolving_rl.local.model import QWEN_CODER_MODEL
@@ -29,6 +32,7 @@ from evolving_rl.local.preflight import (
     model_problems,
     port_problems,
 )
+from evolving_rl.local.run_lock import hold, holder
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -223,3 +227,37 @@ def test_the_trainer_state_estimate_follows_the_masters():
     assert checkpoint_bytes(params, LocalConfig(dtype="float32", optimizer_device="cpu")) == (
         40, 120)
     assert checkpoint_bytes(params, LocalConfig(save_trainer_state=False)) == (40, 0)
+
+
+def test_a_second_job_on_a_running_jobs_folder_exits_2_naming_it_with_nothing_moved(
+        tmp_path, caplog, stop_after_preflight):
+    run = tmp_path / "runs" / "local_cpu"
+    _finished_run(run)
+    with hold(run):  # the running job (other ports than the second one's)
+        before = _snapshot(run)
+        with caplog.at_level(logging.ERROR):
+            assert main(_args(run, free_port())) == 2
+        assert _snapshot(run) == before
+    message = caplog.records[-1].getMessage()
+    assert f"run.output_dir: {run} is in use by a running job (pid {os.getpid()} on " in message
+    assert "--set run.output_dir=<another folder>" in message
+
+
+def test_the_lock_refuses_a_second_holder_and_dies_with_its_process(tmp_path):
+    run = tmp_path / "run"
+    with hold(run), pytest.raises(ConfigError, match=f"{run} is in use by a running job"):
+        with hold(run):
+            pass
+    code = ("import sys; from pathlib import Path; from evolving_rl.local.run_lock import hold\n"
+            "with hold(Path(sys.argv[1])):\n    print('held', flush=True); sys.stdin.read()")
+    child = subprocess.Popen([sys.executable, "-c", code, str(run)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "held\n"
+        assert f"pid {child.pid} on " in str(holder(run))
+    finally:
+        child.kill()  # kill -9: the kernel drops the lock with the process
+        child.wait()
+    assert holder(run) is None
+    with hold(run):
+        pass

@@ -18,6 +18,7 @@ from typing import Any
 
 from evolving_rl.config import ConfigError, load_config
 from evolving_rl.local.job import ARCHIVE_PREFIX, JobResult, run_job
+from evolving_rl.local.run_lock import LOCK_FILE
 from evolving_rl.local.trainer import STATE_FILE
 
 log = logging.getLogger("evolving_rl.local")
@@ -83,7 +84,8 @@ def outputs(run_dir: Path) -> list[str]:
     """Every entry the run wrote in its folder (earlier runs' archives left out), summary.txt
     included (written with this text)."""
     names = {path.name + ("/" if path.is_dir() else "") for path in run_dir.iterdir()
-             if not path.name.startswith(ARCHIVE_PREFIX)} if run_dir.is_dir() else set()
+             if not path.name.startswith(ARCHIVE_PREFIX) and path.name != LOCK_FILE
+             } if run_dir.is_dir() else set()
     return sorted(names | {"summary.txt"})
 
 
@@ -107,13 +109,17 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         cfg = load_config(args.config, args.overrides)
-        result = run_job(cfg)
-    except ConfigError as err:  # an invalid config, or an environment with no registered domain
-        log.error("%s", err)
+
+        def write_summary(result: JobResult) -> None:
+            text = summary(result, time.perf_counter() - started,
+                           cfg.sampling.eval_solver.decoding())
+            (result.run_dir / "summary.txt").write_text(text + "\n", encoding="utf-8")
+            print(text)
+
+        run_job(cfg, finish=write_summary)
+    except ConfigError as err:  # an invalid config, a folder another job holds, an environment
+        log.error("%s", err)    # with no registered domain
         return 2
-    text = summary(result, time.perf_counter() - started, cfg.sampling.eval_solver.decoding())
-    (result.run_dir / "summary.txt").write_text(text + "\n", encoding="utf-8")
-    print(text)
     return 0
 
 

@@ -22,9 +22,10 @@ skills to `<run>/skill_library.jsonl`; the validated config the run used (overri
 
 Before any of it, `local.preflight` checks every port the servers will bind, the devices, the
 models and paths the job reads and the disk its checkpoints need, and refuses to start (naming
-the config key to `--set`) with nothing written or moved; only then is an earlier run in the
-folder moved, whole, into a new `<run>/previous-<UTC time>/` (an archive is never written into
-again).
+the config key to `--set`) with nothing written or moved; then it takes the folder's lock
+(`local.run_lock`: a second job on the folder exits 2 naming this one), and only then is an
+earlier run in the folder moved, whole, into a new `<run>/previous-<UTC time>/` (an archive is
+never written into again).
 
 A config whose trained roles sample at top-p < 1 is refused before any stage (`check_sampling`):
 the in-process decoder samples from the nucleus but returns, and the trainer recomputes, log-probs
@@ -40,9 +41,10 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -60,6 +62,7 @@ from evolving_rl.local.model import frozen_copy, load_model, load_tokenizer, res
 from evolving_rl.local.plot_style import reward_subtitle
 from evolving_rl.local.plots import plot_run
 from evolving_rl.local.preflight import preflight
+from evolving_rl.local.run_lock import LOCK_FILE, hold
 from evolving_rl.local.scalars import open_sinks
 from evolving_rl.local.servers import build_retrieval_cache, env_services, servers
 from evolving_rl.local.trainer import GRPOTrainer, seed_everything
@@ -237,7 +240,8 @@ def archive_previous_run(run_dir: Path, keep: tuple[str, ...] = (LAUNCHER_LOG,))
     overwrites them. The folder is created exclusively: an archive is never written into
     twice."""
     present = [path for path in sorted(run_dir.iterdir())
-               if not path.name.startswith(ARCHIVE_PREFIX) and path.name not in keep]
+               if not path.name.startswith(ARCHIVE_PREFIX)
+               and path.name not in (*keep, LOCK_FILE)]
     if not present:
         return None
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
@@ -267,13 +271,22 @@ def check_sampling(cfg: Config) -> None:
                 f"set --set sampling.{role}.top_p=1.0")
 
 
-def run_job(cfg: Config) -> JobResult:
-    """Run every stage of the module docstring; returns what was measured."""
+def run_job(cfg: Config, finish: Callable[[JobResult], None] | None = None) -> JobResult:
+    """Run every stage of the module docstring, then `finish` (the summary) while the folder is
+    still this job's (`local.run_lock`); returns what was measured."""
     services = env_services(cfg)  # first: an unregistered environment fails before any stage
     check_sampling(cfg)
     preflight(cfg, services)  # before anything is written or moved
     result = JobResult(run_dir=Path(cfg.run.output_dir))
-    result.run_dir.mkdir(parents=True, exist_ok=True)
+    with hold(result.run_dir):  # a second job on the folder stops here, with nothing moved
+        _run_stages(cfg, services, result)
+        if finish is not None:
+            finish(result)
+    return result
+
+
+def _run_stages(cfg: Config, services: ModuleType, result: JobResult) -> None:
+    """Archive, data, retrieval cache, model, servers, training, checkpoint, plot."""
     if not cfg.local.resume_from:
         archive_previous_run(result.run_dir)
     write_run_config(cfg, result.run_dir)
@@ -296,4 +309,3 @@ def run_job(cfg: Config) -> JobResult:
         _maybe_checkpoint(cfg, models, result, final=True)
     result.plot = plot_run(log.read(), result.run_dir / "rewards.png",
                            reward_subtitle(cfg.rewards, domain_for(cfg).invalid_actions))
-    return result

@@ -18,6 +18,8 @@ Owns what a mistake would otherwise cost a run, found before an earlier run is m
   `local.resume_from` is a complete checkpoint folder (`local.checkpoints.incomplete_reason`:
   weights and trainer state whole); `retrieval.model` resolves
   (`retrieval.encoder.resolve_model`);
+- folder: `run.output_dir` is a folder (or not there yet) that no running job holds
+  (`local.run_lock`: the job takes the lock itself right after these checks);
 - disk: the filesystem of `run.output_dir` has room for the checkpoints the run will write,
   estimated from the parameter count in the safetensors headers of the folder the weights start
   from (`checkpoint_bytes`); skipped when no such folder exists yet (a GGUF model converted on
@@ -50,6 +52,7 @@ from evolving_rl.config import ConfigError
 from evolving_rl.config.schema import Config, LocalConfig
 from evolving_rl.local.checkpoints import incomplete_reason
 from evolving_rl.local.model import DTYPES, GGUF_MODELS
+from evolving_rl.local.run_lock import busy_problem
 from evolving_rl.local.tiny_model import TINY_CHAR
 from evolving_rl.retrieval.encoder import ModelLoadError, resolve_model
 
@@ -234,11 +237,13 @@ def disk_problems(cfg: Config) -> list[str]:
 
 
 def path_problems(cfg: Config) -> list[str]:
-    """`run.output_dir` must be a folder, if it exists."""
+    """`run.output_dir` must be a folder, if it exists, that no running job holds
+    (`local.run_lock`)."""
     run_dir = Path(cfg.run.output_dir)
     if run_dir.exists() and not run_dir.is_dir():
         return [f"run.output_dir: {run_dir} is a file, not a folder"]
-    return []
+    busy = busy_problem(run_dir)
+    return [busy] if busy else []
 
 
 def preflight(cfg: Config, services: ModuleType) -> None:
