@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 import os
+import resource
 import shutil
 import socket
 import struct
@@ -30,6 +31,7 @@ from evolving_rl.local.preflight import (
     device_problem,
     disk_problems,
     model_problems,
+    path_problems,
     port_problems,
 )
 from evolving_rl.local.run_lock import hold, holder
@@ -261,3 +263,22 @@ def test_the_lock_refuses_a_second_holder_and_dies_with_its_process(tmp_path):
     assert holder(run) is None
     with hold(run):
         pass
+
+
+def test_a_file_size_limit_below_a_checkpoint_file_is_named(tmp_path, monkeypatch):
+    _model_folder(tmp_path / "model", {"embed": [1000, 100], "norm": [100]})
+    cfg = _config(f"local.model={tmp_path / 'model'}", f"run.output_dir={tmp_path}/run",
+                  "local.dtype=float32")
+    monkeypatch.setattr(resource, "getrlimit", lambda _which: (500_000, resource.RLIM_INFINITY))
+    (found,) = disk_problems(cfg)  # weights 0.40 MB fit, the trainer state's 0.80 MB do not
+    assert found == ("run.output_dir: a checkpoint writes a file of about 0.80 MB but the "
+                     "file-size limit (ulimit -f) is 0.50 MB: the run would lose its steps at "
+                     "the save; raise it (ulimit -f unlimited), or --set "
+                     "local.save_trainer_state=false")
+
+
+def test_an_output_folder_that_cannot_be_written_is_named(tmp_path, monkeypatch):
+    cfg = _config(f"run.output_dir={tmp_path}/runs/a")
+    monkeypatch.setattr(os, "access", lambda path, _mode: Path(path) != tmp_path)
+    assert path_problems(cfg) == [f"run.output_dir: {tmp_path} is not writable (read-only, or "
+                                  "not yours); --set run.output_dir=<a folder you can write>"]

@@ -4,12 +4,14 @@
 
 Validates the config, runs `evolving_rl.local.job.run_job` (data, retrieval cache, servers,
 before/after evaluation around `local.train_steps` GRPO steps) and prints a one-screen summary,
-also written to `<run>/summary.txt`.
+also written to `<run>/summary.txt`. Exit 2 on a config the job refuses before it starts; exit 1
+with one line naming the file when a write of the run fails (a full disk, a file-size limit).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import sys
 import time
@@ -18,10 +20,13 @@ from typing import Any
 
 from evolving_rl.config import ConfigError, load_config
 from evolving_rl.local.job import ARCHIVE_PREFIX, JobResult, run_job
+from evolving_rl.local.metrics import RunWriteError
 from evolving_rl.local.run_lock import LOCK_FILE
 from evolving_rl.local.trainer import STATE_FILE
 
 log = logging.getLogger("evolving_rl.local")
+# A write the filesystem refused for room: no space, over the file-size limit, over the quota.
+FULL = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
 
 
 def _pct(value: Any) -> str:
@@ -120,6 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:  # an invalid config, a folder another job holds, an environment
         log.error("%s", err)    # with no registered domain
         return 2
+    except OSError as err:
+        if not isinstance(err, RunWriteError) and err.errno not in FULL:
+            raise
+        log.error("%s", err)  # a file of the run could not be written: one line naming it
+        return 1
     return 0
 
 

@@ -26,6 +26,8 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
+from evolving_rl.local.metrics import RunWriteError
+
 STATE_FILE = "trainer_state.pt"
 INDEX_FILE = "model.safetensors.index.json"
 
@@ -46,7 +48,7 @@ def _sync_tree(folder: Path) -> None:
 def write_folder(directory: Path, write: Callable[[Path], None]) -> Path:
     """Call `write(staging)` on a fresh staging folder beside `directory`, then move it into
     place as `directory` (module docstring); a failed write removes the staging folder and
-    leaves `directory` as it was."""
+    leaves `directory` as it was (a full disk or a file-size limit: `RunWriteError`)."""
     directory.parent.mkdir(parents=True, exist_ok=True)
     staging = directory.with_name(f".{directory.name}.partial-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
@@ -54,6 +56,9 @@ def write_folder(directory: Path, write: Callable[[Path], None]) -> Path:
     try:
         write(staging)
         _sync_tree(staging)
+    except (OSError, RuntimeError) as error:  # torch's zip writer raises RuntimeError
+        shutil.rmtree(staging, ignore_errors=True)
+        raise RunWriteError(directory, error) from error
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
