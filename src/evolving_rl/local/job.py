@@ -69,7 +69,7 @@ from evolving_rl.local.trainer import GRPOTrainer, seed_everything
 from evolving_rl.pipeline.context import PipelineContext, build_context, make_adapter
 from evolving_rl.pipeline.evaluation import EvalPlan, EvalProtocol, run_eval
 from evolving_rl.pipeline.rollout import run_training_rollout
-from evolving_rl.retrieval.prepared import PreparedData, round_robin
+from evolving_rl.retrieval.prepared import PreparedData, environment_prepared_dir, round_robin
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +100,18 @@ def eval_rows(cfg: Config, prepared: PreparedData) -> list[dict[str, Any]]:
     """`local.n_eval_games` tasks of the environment's held-out split, taken round-robin over
     task types (deterministic)."""
     return round_robin(prepared.split(domain_for(cfg).eval_split), cfg.local.n_eval_games)
+
+
+def check_eval_rows(cfg: Config, prepared: PreparedData) -> None:
+    """A `ConfigError` (exit 2) when `local.n_eval_games` asks for an evaluation but the held-out
+    split holds no task: the evaluations would score 0 cases and the run would train on."""
+    split = domain_for(cfg).eval_split
+    if cfg.local.n_eval_games and not eval_rows(cfg, prepared):
+        path = environment_prepared_dir(cfg) / f"{split}.jsonl"
+        raise ConfigError("", f"the held-out split {split!r} ({path}) holds no task, so the "
+                          "evaluation would score 0 cases (a data set whose generation was "
+                          "interrupted?); make the data again, or point the config at complete "
+                          "data")
 
 
 def splits_of(rows: list[dict[str, Any]]) -> str:
@@ -296,6 +308,7 @@ def _run_stages(cfg: Config, services: ModuleType, result: JobResult) -> None:
     with timed(result, "data"):
         services.prepare_data(cfg)
         prepared = PreparedData.read(cfg)  # each file parsed once, passed to every stage
+        check_eval_rows(cfg, prepared)
     with timed(result, "retrieval_cache"):
         build_retrieval_cache(cfg, prepared)
     with timed(result, "model"):
