@@ -25,9 +25,10 @@ by it would be refused), naming the task (`TaskIdError`); a task file that does 
 (truncated, say) is an error naming the file and line (`env.json_files.JSONFileError`); the CLI
 prints each of these errors as one line and exits 2.
 `all` is the four splits in that order. Writes are atomic (temp + rename); `manifest.json` holds
-the inputs' sizes and mtimes and the id limit they were checked against, and a run whose inputs
-and limit are unchanged writes nothing (splits prepared before the limit was checked are
-prepared again, so their ids are).
+the inputs' sizes and mtimes, the id limit they were checked against and each written file's line
+count and sha256 (`files`, which every reader checks a split against), and a run whose inputs and
+limit are unchanged and whose files still match writes nothing (splits prepared before the limit
+was checked, or the digests recorded, are prepared again).
 
     MIND2WEB_ZIP_PASSWORD=... python -m env.mind2web.prepare --config configs/web.yaml
 """
@@ -60,6 +61,7 @@ from env.mind2web.testzip import (
     zip_splits,
 )
 from evolving_rl.config import load_config
+from evolving_rl.retrieval.prepared import FILES_KEY, file_entry, manifest_mismatch
 
 logger = logging.getLogger(__name__)
 
@@ -230,10 +232,13 @@ def _up_to_date(prepared_dir: Path, inputs: list) -> dict | None:
     except JSONFileError as err:
         logger.warning("%s; preparing again", err)
         return None
-    if not isinstance(manifest, dict) or manifest.get("max_id_chars") != MAX_ID_CHARS:
-        return None  # written before the ids were checked against this limit: check them now
-    present = all((prepared_dir / f"{name}.jsonl").is_file() for name in (*SPLITS, "all"))
-    return manifest if present and manifest.get("inputs") == inputs else None
+    if (not isinstance(manifest, dict) or manifest.get("max_id_chars") != MAX_ID_CHARS
+            or FILES_KEY not in manifest):
+        return None  # written before the ids were checked, or the files' digests recorded
+    paths = [prepared_dir / f"{name}.jsonl" for name in (*SPLITS, "all")]
+    intact = all(path.is_file() and manifest_mismatch(path, path.read_bytes()) is None
+                 for path in paths)  # a split that lost lines is written again
+    return manifest if intact and manifest.get("inputs") == inputs else None
 
 
 def _tmp(path: Path) -> Path:
@@ -315,10 +320,12 @@ def prepare(data_root: str | Path, prepared_dir: str | Path, password: str | Non
         for name in names:
             _tmp(prepared_dir / f"{name}.jsonl").unlink(missing_ok=True)
         raise
+    files_written = {name: file_entry(_tmp(prepared_dir / f"{name}.jsonl").read_bytes())
+                     for name in names}
     for name in names:
         os.replace(_tmp(prepared_dir / f"{name}.jsonl"), prepared_dir / f"{name}.jsonl")
     manifest = {"data_root": str(data_root), "inputs": inputs, "max_id_chars": MAX_ID_CHARS,
-                "splits": splits}
+                "splits": splits, FILES_KEY: files_written}
     _tmp(prepared_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     os.replace(_tmp(prepared_dir / "manifest.json"), prepared_dir / "manifest.json")
     return manifest

@@ -41,6 +41,7 @@ from env.mind2web.prepare import SPLITS, split_home
 from env.mind2web.snapshot import Snapshot, build_snapshot, clean
 from env.mind2web.validate import GoldStep
 from env.wire import WireError
+from evolving_rl.retrieval.prepared import FILES_KEY, manifest_mismatch
 
 logger = logging.getLogger(__name__)
 
@@ -182,8 +183,9 @@ def _task_files(root: Path) -> list[Path]:
 
 def check_prepared(store: TaskStore, prepared_dir: str | Path) -> None:
     """`TaskDataError` unless `store` serves every task file the prepared splits were written
-    from (`<prepared_dir>/manifest.json`), unchanged: prepared rows the server cannot reset stop
-    it at start, not at reset. No manifest: nothing is checked (logged)."""
+    from (`<prepared_dir>/manifest.json`), unchanged, and the split files are those the manifest
+    describes (line count and sha256): prepared rows the server cannot reset, or a split that
+    lost lines, stop it at start, not at reset. No manifest: nothing is checked (logged)."""
     manifest_path = Path(prepared_dir) / "manifest.json"
     if not manifest_path.is_file():
         logger.warning("no %s: the prepared splits are not checked against the tasks",
@@ -196,6 +198,12 @@ def check_prepared(store: TaskStore, prepared_dir: str | Path) -> None:
     if Path(manifest["data_root"]) != store.root:
         raise TaskDataError(f"{prepared_dir} was prepared from {manifest['data_root']} but the "
                             f"server serves {store.root}: prepare that root or serve that one")
+    for name in manifest.get(FILES_KEY, {}):
+        path = Path(prepared_dir) / f"{name}.jsonl"
+        mismatch = (manifest_mismatch(path, path.read_bytes()) if path.is_file()
+                    else f"{path} is missing")
+        if mismatch:
+            raise TaskDataError(mismatch)
     for rel, size, mtime_ns in manifest["inputs"]:
         if not store.serves(rel):
             raise TaskDataError(f"{rel} (prepared in {prepared_dir}) is not served from "

@@ -1,9 +1,11 @@
-"""Game generation is all or nothing, and a job whose held-out split holds no task stops with exit
-2 instead of evaluating 0 cases (issue 60, item 3). The generator's jobs are replaced by fakes
-that write a game file each: these tests are about where the games land, not how they are made."""
+"""Game generation is all or nothing, and a job whose held-out split holds no task (item 3) or
+whose split lost lines (item 6) stops with exit 2 instead of evaluating 0 cases (issue 60). The
+generator's jobs are replaced by fakes that write a game file each: these tests are about where
+the games land, not how they are made."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import env.alfworld.generate as generate  # noqa: E402
 import evolving_rl.local.job as job  # noqa: E402
 from env.alfworld.generate import DATA_DIR, generate_dataset  # noqa: E402
 from evolving_rl.local.__main__ import main  # noqa: E402
+from evolving_rl.retrieval.prepared import file_entry  # noqa: E402
 
 
 class Killed(BaseException):
@@ -82,13 +85,31 @@ class PastTheData(Exception):
     """The job went on to build its retrieval cache."""
 
 
-def test_a_held_out_split_without_tasks_ends_the_job_with_exit_2(tmp_path, monkeypatch, caplog):
-    prepared = tmp_path / "prepared"
-    prepared.mkdir()
-    (prepared / "train.jsonl").write_text(
-        '{"id": "t0", "question": "q", "metadata": {"task_type": "a", "game": "g"}}\n')
+ROW = '{"id": "t0", "question": "q", "metadata": {"task_type": "a", "game": "g"}}\n'
+
+
+def _empty_held_out(prepared: Path) -> str:
+    (prepared / "train.jsonl").write_text(ROW)
     (prepared / "valid_unseen.jsonl").write_text("")  # its games were never made
     (prepared / "valid_seen.jsonl").write_text("")
+    return (f"the held-out split 'valid_unseen' ({prepared / 'valid_unseen.jsonl'}) holds no "
+            "task, so the evaluation would score 0 cases")
+
+
+def _lost_lines(prepared: Path) -> str:
+    """A split whose manifest counts 2 lines, 1 left (issue 60, item 6)."""
+    (prepared / "train.jsonl").write_text(ROW)
+    (prepared / "manifest.json").write_text(json.dumps(
+        {"files": {"train": file_entry((ROW + ROW.replace("t0", "t1")).encode())}}))
+    return (f"{prepared / 'train.jsonl'} holds 1 lines but {prepared / 'manifest.json'} says 2")
+
+
+@pytest.mark.parametrize("damage", [_empty_held_out, _lost_lines])
+def test_prepared_data_the_job_cannot_use_ends_it_with_exit_2(tmp_path, monkeypatch, caplog,
+                                                              damage):
+    prepared = tmp_path / "prepared"
+    prepared.mkdir()
+    message = damage(prepared)
     services = type("Services", (), {"prepare_data": staticmethod(lambda _cfg: None)})
     monkeypatch.setattr(job, "env_services", lambda _cfg: services)
     monkeypatch.setattr(job, "preflight", lambda _cfg, _services: None)
@@ -101,5 +122,4 @@ def test_a_held_out_split_without_tasks_ends_the_job_with_exit_2(tmp_path, monke
                      f"alfworld.prepared_dir={prepared}", "--set",
                      f"run.output_dir={tmp_path / 'run'}", "--set", "run.tensorboard=false"])
     assert code == 2
-    assert (f"the held-out split 'valid_unseen' ({prepared / 'valid_unseen.jsonl'}) holds no "
-            "task, so the evaluation would score 0 cases") in caplog.records[-1].getMessage()
+    assert message in caplog.records[-1].getMessage()

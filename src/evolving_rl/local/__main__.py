@@ -23,6 +23,7 @@ from evolving_rl.local.job import ARCHIVE_PREFIX, JobResult, run_job
 from evolving_rl.local.metrics import RunWriteError
 from evolving_rl.local.run_lock import LOCK_FILE
 from evolving_rl.local.trainer import STATE_FILE
+from evolving_rl.retrieval.prepared import PreparedDataError
 
 log = logging.getLogger("evolving_rl.local")
 # A write the filesystem refused for room: no space, over the file-size limit, over the quota.
@@ -122,9 +123,9 @@ def main(argv: list[str] | None = None) -> int:
             print(text)
 
         run_job(cfg, finish=write_summary)
-    except ConfigError as err:  # an invalid config, a folder another job holds, an environment
-        log.error("%s", err)    # with no registered domain
-        return 2
+    except (ConfigError, PreparedDataError) as err:  # an invalid config, a folder another job
+        log.error("%s", err)  # holds, an environment with no registered domain, a prepared split
+        return 2              # that does not parse or is not the one its manifest describes
     except OSError as err:
         if not isinstance(err, RunWriteError) and err.errno not in FULL:
             raise
