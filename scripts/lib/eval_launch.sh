@@ -68,6 +68,12 @@ _sglang_stop() {  # stop only the process group this script started
     fi
 }
 
+_check_complete() {  # <hf dir>: exit 2 naming it unless it holds a complete model (before a
+    # server starts on it; the check is the standard library's alone: any python3 runs it)
+    PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python3}" \
+        -m evolving_rl.local.checkpoints "$1" || eval_fail "refusing to serve $1"
+}
+
 _convert_torch_dist() {  # <torch_dist dir> <hf base> <out>: HF folder (converted once)
     local src="$1" base="$2" dst="$3" slime="${SLIME_DIR:-$ROOT/slime}"
     [ -n "$base" ] || eval_fail "--torch-dist needs --hf-base DIR (the original HF folder)"
@@ -103,22 +109,21 @@ eval_main() {
     done
     [ -n "$mode" ] || eval_fail "give a checkpoint: --hf, --url, --openai-url, --torch-dist or --local (--help)"
     out="${out:-runs/eval/$(basename "${config%.yaml}")-$(basename "$target")}"
-    export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-    export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
     case "$mode" in
         --torch-dist)
             target="$(_convert_torch_dist "$target" "$hf_base" "$out/hf")"
             _sglang_start "$target" "$out"
             args+=(--sglang-url "$SGLANG_URL" --tokenizer "$target") ;;
         --hf)
-            "${PYTHON:-$ROOT/.venv/bin/python}" -m evolving_rl.local.checkpoints "$target" \
-                || eval_fail "refusing to serve $target"
+            _check_complete "$target"
             _sglang_start "$target" "$out"
             args+=(--sglang-url "$SGLANG_URL" --tokenizer "$target") ;;
         --url) args+=(--sglang-url "$target") ;;
         --openai-url) args+=(--openai-url "$target") ;;
         --local) args+=(--local "$target") ;;
     esac
+    export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+    export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
     "${PYTHON:-$ROOT/.venv/bin/python}" -m evolving_rl.evaluate --config "$config" --out "$out" \
         "${args[@]}"
 }
