@@ -147,7 +147,8 @@ def run_stoppable(main: Coroutine[Any, Any, T]) -> T:
             raise
         finally:
             loop.remove_signal_handler(signal.SIGTERM)
-            signal.signal(signal.SIGTERM, previous)
+            if previous is not None:  # None: not set from Python; SIGTERM keeps its default
+                signal.signal(signal.SIGTERM, previous)
 
     result = asyncio.run(guarded())
     if result is _STOPPED:
