@@ -236,22 +236,37 @@ def start_server(cmd: list[str], health_url: str, log_path: str | Path,
     and wait until `health_url` answers for the process started (its PID in the body). A port
     already in use is refused first, naming it (`LaunchError`); a start racing another on the
     same port fails the PID check instead. On failure the process is stopped and `LaunchError`
-    names the log.
+    names the log, and, when the process exited by itself, the last line it wrote there (its
+    reason, e.g. the file a server refused to start on).
     """
     address = urllib.parse.urlsplit(health_url)
     if address.port is not None and _listening(address.port, address.hostname or ""):
         raise LaunchError(f"port {address.port} of {address.hostname} is in use (another "
                           "server, perhaps another run's): stop it by its PID file or choose "
                           "another port with --set")
+    written = Path(log_path).stat().st_size if Path(log_path).is_file() else 0
     proc = spawn_server(cmd, log_path, env)
     try:
         wait_for_health(health_url, timeout_s, proc)
     except LaunchError as err:
+        exited = proc.poll() is not None
         stop_process(proc)
-        raise LaunchError(f"{err}; see {log_path}") from None
+        last = _last_line(Path(log_path), written) if exited else ""
+        raise LaunchError(f"{err}" + (f": {last}" if last else "") + f"; see {log_path}") \
+            from None
     shown = cmd[:cmd.index("--config-json")] if "--config-json" in cmd else cmd
     logger.info("started pid %d (%s), healthy at %s", proc.pid, " ".join(shown), health_url)
     return proc
+
+
+def _last_line(log_path: Path, offset: int, most: int = 4096) -> str:
+    """The last non-blank line the process wrote to `log_path` after `offset` (its end only
+    read), shortened to 300 characters."""
+    with log_path.open("rb") as log:
+        log.seek(max(offset, log.seek(0, os.SEEK_END) - most))
+        lines = log.read().decode("utf-8", errors="replace").splitlines()
+    last = next((line.strip() for line in reversed(lines) if line.strip()), "")
+    return last[:300]
 
 
 def stop_process(proc: subprocess.Popen, timeout_s: float = 10.0) -> int:

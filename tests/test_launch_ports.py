@@ -128,3 +128,25 @@ def test_health_wait_takes_only_the_process_it_started(other_server):
         ours.kill()
         ours.wait()
     wait_for_health(url, 5.0)  # asked for any server: this one is healthy
+
+
+def test_a_server_that_exits_at_start_is_named_with_its_last_line(tmp_path):
+    """Not only "see <log>": the line a refusing server wrote last (issue 60, item 8); an
+    earlier run's lines in the same log are never taken for it."""
+    log = tmp_path / "server.log"
+    log.write_text("an earlier run's last line\n")
+    code = ("import sys; print('indexing tasks'); "
+            "print('ERROR error: data/train/a.json:3: invalid JSON', file=sys.stderr); "
+            "sys.exit(2)")
+    with pytest.raises(LaunchError) as refused:
+        start_server([sys.executable, "-c", code], f"http://127.0.0.1:{free_port()}/health",
+                     log, timeout_s=60)
+    assert str(refused.value).startswith("server exited with code 2 before ")
+    assert str(refused.value).endswith(
+        ": ERROR error: data/train/a.json:3: invalid JSON; see " + str(log))
+    silent, port = tmp_path / "silent.log", free_port()
+    with pytest.raises(LaunchError) as quiet:
+        start_server([sys.executable, "-c", "raise SystemExit(2)"],
+                     f"http://127.0.0.1:{port}/health", silent, timeout_s=60)
+    assert str(quiet.value) == (f"server exited with code 2 before http://127.0.0.1:{port}/health "
+                                f"was up; see {silent}")

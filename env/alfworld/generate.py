@@ -6,7 +6,10 @@ samples a task and a room (`gen_task`), renders both files (`gen_pddl`), asks Fa
 walkthrough and replays it in the real TextWorld engine (`planner`); a game that has no plan, a
 plan longer than the limit, or a replay that does not end won is discarded, counted, and the job
 retries with the next attempt seed. Proven games are written to a scratch folder outside
-`json_2.1.1/` and renamed into `json_2.1.1/<split>/<task>-<obj>-<mrecep>-<recep>-<scene>/<trial>/`.
+`json_2.1.1/` and renamed into `json_2.1.1/<split>/<task>-<obj>-<mrecep>-<recep>-<scene>/<trial>/`
+of a staging root (`.generating/`), whose `json_2.1.1/` is moved into the data root only when
+every job has finished: a generation killed midway leaves no game in the data root (the next
+run starts it over), never a half-made set.
 
 Jobs run in a `spawn` pool with PYTHONHASHSEED fixed, so the same seed gives byte-identical files.
 
@@ -42,6 +45,7 @@ logger = logging.getLogger(__name__)
 SPLITS = ("train", "valid_seen", "valid_unseen")
 DATA_DIR = "json_2.1.1"
 SCRATCH_DIR = ".generate_tmp"
+STAGING_DIR = ".generating"  # the whole set until every job is done (`generate_dataset`)
 REPORT_FILE = "generation_report.json"
 
 
@@ -211,22 +215,45 @@ def _spawn_pool(workers: int):
             os.environ["PYTHONHASHSEED"] = saved
 
 
+def _publish(staging: Path, out_root: Path) -> None:
+    """Move the finished `staging/json_2.1.1/` into `out_root`: in one rename when `out_root`
+    holds no game yet (an empty or half-deleted `json_2.1.1/` is replaced), else game by game
+    into the existing set (the command line adding to a data root)."""
+    target = out_root / DATA_DIR
+    if target.is_dir() and not any(target.glob("*/*/*/game.tw-pddl")):
+        shutil.rmtree(target)
+    if not target.exists():
+        os.rename(staging / DATA_DIR, target)
+        return
+    for game_file in sorted((staging / DATA_DIR).glob("*/*/*/game.tw-pddl")):
+        game = game_file.parent
+        final = target / game.relative_to(staging / DATA_DIR)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(final, ignore_errors=True)
+        os.rename(game, final)
+
+
 def generate_dataset(out_root: str | Path, per_type: int | dict[str, int], seed: int = 0,
                      workers: int = 1, settings: GeneratorSettings | None = None,
                      task_types: tuple[str, ...] = TASK_TYPES) -> GenerationReport:
-    """Generate games under `out_root/json_2.1.1/`; `per_type` is per split (int: every split)."""
+    """Generate games under `out_root/json_2.1.1/`; `per_type` is per split (int: every split).
+    All or nothing: the games go to `out_root/.generating/` (a killed run's is started over)
+    and are moved into place only when every job has finished (`_publish`)."""
     settings = replace(settings or GeneratorSettings(), seed=seed)
     out_root = Path(out_root)
-    (out_root / DATA_DIR).mkdir(parents=True, exist_ok=True)
+    staging = out_root / STAGING_DIR
+    shutil.rmtree(staging, ignore_errors=True)
+    (staging / DATA_DIR).mkdir(parents=True)
     jobs = plan_jobs(per_type, task_types)
     report = GenerationReport()
     start = time.perf_counter()
-    work = partial(run_job, out_root=out_root, settings=settings)
+    work = partial(run_job, out_root=staging, settings=settings)
     with _spawn_pool(max(1, workers)) as pool:
         for result in tqdm(pool.imap_unordered(work, jobs), total=len(jobs), desc="games",
                            unit="game"):
             report.add(result)
-    shutil.rmtree(out_root / SCRATCH_DIR, ignore_errors=True)
+    _publish(staging, out_root)
+    shutil.rmtree(staging)
     report.wall_seconds = time.perf_counter() - start
     summary = dict(report.to_dict(), seed=seed, settings=asdict(settings))
     write_json_atomic(out_root / REPORT_FILE, summary, indent=2)

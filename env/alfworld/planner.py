@@ -5,11 +5,11 @@ Downward planner (package `fast-downward-textworld`) for a plan the way TextWorl
 does it — requesting the `walkthrough` extra on reset makes `PddlEnv` call
 `PddlState.replan`, and alfworld's `AlfredDemangler` gives the plan steps their in-game names
 ("apple 1"). `replay` then loads the written `game.tw-pddl` exactly as alfworld's `AlfredTWEnv`
-does (`textworld.start` with `AlfredDemangler` + `AlfredInfos`, `won` and admissible commands
-requested), checks every step is admissible and reports whether the game ends won (`play` does
-the same for a policy that picks each command from the admissible ones). alfworld's
-handcoded expert is not used: in 0.4.2 it still issues "put" after the rename to "move" and wins
-pick_two_obj_and_place only by chance.
+does (`textworld.start`'s steps with `AlfredDemangler` + `AlfredInfos`, `won` and admissible
+commands requested; the `PddlEnv` backend named, never guessed from the path), checks every
+step is admissible and reports whether the game ends won (`play` does the same for a policy that
+picks each command from the admissible ones). alfworld's handcoded expert is not used: in 0.4.2
+it still issues "put" after the rename to "move" and wins pick_two_obj_and_place only by chance.
 """
 
 from __future__ import annotations
@@ -55,10 +55,15 @@ def plan_walkthrough(game: dict) -> list[str]:
 
 
 def _start(game_path: str) -> tuple[object, dict]:
+    """The game loaded as `textworld.start` loads it, with the backend named instead of
+    guessed from the path (TextWorld takes any path holding `.z1`-`.z8`, a data root's
+    name included, for a Z-machine game)."""
     infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
+    env = PddlEnv(infos)
+    for wrapper in (AlfredDemangler(shuffle=False), AlfredInfos):
+        env = wrapper(env)
     with _argv_kept():
-        env = textworld.start(game_path, request_infos=infos,
-                              wrappers=[AlfredDemangler(shuffle=False), AlfredInfos])
+        env.load(game_path)
         return env, env.reset()
 
 

@@ -17,8 +17,10 @@ is the first `games` rows of its split in the order written (sorted by id), unch
 holding fewer is an error (`SubsetError`), raised before anything is written. Writes are atomic
 and the output depends only on the data, so re-running is idempotent, and a file already holding
 what would be written is left untouched (a rerun on unchanged data rewrites nothing);
-`manifest.json` holds counts per split and task type. A parquet copy is written next to each
-JSONL when pandas and pyarrow are installed (JSONL is the contract).
+`manifest.json` holds counts per split and task type, and each file's line count and sha256
+(`files`: every reader checks a split against them, `evolving_rl.retrieval.prepared`). A parquet
+copy is written next to each JSONL when pandas and pyarrow are installed (JSONL is the
+contract).
 
     python -m env.alfworld.prepare --config configs/local_cpu.yaml
 """
@@ -39,6 +41,7 @@ from tqdm import tqdm
 
 from evolving_rl.config import load_config
 from evolving_rl.config.schema import AlfworldSubset
+from evolving_rl.retrieval.prepared import FILES_KEY, file_entry
 
 logger = logging.getLogger(__name__)
 
@@ -184,12 +187,13 @@ def prepare(data_root: str | Path, prepared_dir: str | Path,
     splits = output_splits(discover_games(data_root), subsets)
     prepared_dir.mkdir(parents=True, exist_ok=True)
     with_parquet = all(importlib.util.find_spec(m) for m in ("pandas", "pyarrow"))
-    manifest: dict = {"data_root": str(data_root), "splits": {}}
+    manifest: dict = {"data_root": str(data_root), "splits": {}, FILES_KEY: {}}
     unchanged = []
     for name, rows in splits.items():
         records = [row.to_json() for row in rows]
-        written = _write_atomic(prepared_dir / f"{name}.jsonl",
-                                "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+        manifest[FILES_KEY][name] = file_entry(text.encode("utf-8"))
+        written = _write_atomic(prepared_dir / f"{name}.jsonl", text)
         parquet = prepared_dir / f"{name}.parquet"
         if with_parquet and (written or not parquet.is_file()):
             _write_parquet(parquet, records)

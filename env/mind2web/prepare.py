@@ -25,11 +25,13 @@ by it would be refused), naming the task (`TaskIdError`); a task file that does 
 (truncated, say) is an error naming the file and line (`env.json_files.JSONFileError`); the CLI
 prints each of these errors as one line and exits 2.
 `all` is the four splits in that order. Writes are atomic (temp + rename); `manifest.json` holds
-each input's path under the root, size, mtime and sha256, and the id limit they were checked
-against; a run whose inputs and limit are unchanged writes nothing (splits prepared before the
-limit was checked are prepared again, so their ids are). An input is unchanged when its size
-and mtime are, or, where a copy changed the mtime (tar, rsync, another machine or folder), its
-content is (`unchanged`): the root's place is not part of what made the splits.
+each input's path under the root, size, mtime and sha256, the id limit they were checked
+against and each written file's line count and sha256 (`files`, which every reader checks a split
+against); a run whose inputs and limit are unchanged and whose files still match writes nothing
+(splits prepared before the limit was checked, or the digests recorded, are prepared again). An
+input is unchanged when its size and mtime are, or, where a copy changed the mtime (tar, rsync,
+another machine or folder), its content is (`unchanged`): the root's place is not part of what
+made the splits.
 
     MIND2WEB_ZIP_PASSWORD=... python -m env.mind2web.prepare --config configs/web.yaml
 """
@@ -63,6 +65,7 @@ from env.mind2web.testzip import (
     zip_splits,
 )
 from evolving_rl.config import load_config
+from evolving_rl.retrieval.prepared import FILES_KEY, file_entry, manifest_mismatch
 
 logger = logging.getLogger(__name__)
 
@@ -242,12 +245,15 @@ def _up_to_date(prepared_dir: Path, data_root: Path,
     except JSONFileError as err:
         logger.warning("%s; preparing again", err)
         return None
-    if not isinstance(manifest, dict) or manifest.get("max_id_chars") != MAX_ID_CHARS:
-        return None  # written before the ids were checked against this limit: check them now
-    present = all((prepared_dir / f"{name}.jsonl").is_file() for name in (*SPLITS, "all"))
+    if (not isinstance(manifest, dict) or manifest.get("max_id_chars") != MAX_ID_CHARS
+            or FILES_KEY not in manifest):
+        return None  # written before the ids were checked, or the files' digests recorded
+    written = [prepared_dir / f"{name}.jsonl" for name in (*SPLITS, "all")]
+    intact = all(path.is_file() and manifest_mismatch(path, path.read_bytes()) is None
+                 for path in written)  # a split that lost lines is written again
     paths = [p for split in SPLITS for p in files[split]]
     inputs = manifest.get("inputs")
-    if not (present and isinstance(inputs, list) and len(inputs) == len(paths)):
+    if not (intact and isinstance(inputs, list) and len(inputs) == len(paths)):
         return None
     same = all(isinstance(entry, list) and len(entry) in (3, 4)
                and entry[0] == path.relative_to(data_root).as_posix() and unchanged(path, entry)
@@ -333,11 +339,12 @@ def prepare(data_root: str | Path, prepared_dir: str | Path, password: str | Non
         for name in names:
             _tmp(prepared_dir / f"{name}.jsonl").unlink(missing_ok=True)
         raise
+    files_written = {name: file_entry(_tmp(prepared_dir / f"{name}.jsonl").read_bytes())
+                     for name in names}
     for name in names:
         os.replace(_tmp(prepared_dir / f"{name}.jsonl"), prepared_dir / f"{name}.jsonl")
     manifest = {"data_root": str(data_root), "inputs": _fingerprint(data_root, files),
-                "max_id_chars": MAX_ID_CHARS,
-                "splits": splits}
+                "max_id_chars": MAX_ID_CHARS, "splits": splits, FILES_KEY: files_written}
     _tmp(prepared_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     os.replace(_tmp(prepared_dir / "manifest.json"), prepared_dir / "manifest.json")
     return manifest

@@ -43,6 +43,7 @@ from env.mind2web.prepare import SPLITS, split_home, unchanged
 from env.mind2web.snapshot import Snapshot, build_snapshot, clean
 from env.mind2web.validate import GoldStep
 from env.wire import WireError
+from evolving_rl.retrieval.prepared import FILES_KEY, manifest_mismatch
 
 logger = logging.getLogger(__name__)
 
@@ -184,8 +185,9 @@ def _task_files(root: Path) -> list[Path]:
 
 def check_prepared(store: TaskStore, prepared_dir: str | Path) -> None:
     """`TaskDataError` unless `store` serves every task file the prepared splits were written
-    from (`<prepared_dir>/manifest.json`), unchanged: prepared rows the server cannot reset stop
-    it at start, not at reset. No manifest: nothing is checked (logged)."""
+    from (`<prepared_dir>/manifest.json`), unchanged, and the split files are those the manifest
+    describes (line count and sha256): prepared rows the server cannot reset, or a split that
+    lost lines, stop it at start, not at reset. No manifest: nothing is checked (logged)."""
     manifest_path = Path(prepared_dir) / "manifest.json"
     if not manifest_path.is_file():
         logger.warning("no %s: the prepared splits are not checked against the tasks",
@@ -203,6 +205,12 @@ def check_prepared(store: TaskStore, prepared_dir: str | Path) -> None:
     if Path(manifest.get("data_root", "")) != store.root:
         logger.info("%s was prepared from %s; the server serves %s: checking each task file by "
                     "size and content", prepared_dir, manifest.get("data_root"), store.root)
+    for name in manifest.get(FILES_KEY, {}):
+        path = Path(prepared_dir) / f"{name}.jsonl"
+        mismatch = (manifest_mismatch(path, path.read_bytes()) if path.is_file()
+                    else f"{path} is missing")
+        if mismatch:
+            raise TaskDataError(mismatch)
     for entry in inputs:
         rel = entry[0]
         if not store.serves(rel):

@@ -56,11 +56,18 @@ class SearchService:
 
     def check_work(self, req: SearchRequest, max_tokens: int) -> None:
         """Refuse a request whose distinct queries hold more than `max_tokens` tokens (counted
-        whether or not they are cached: the answer never depends on the server's state)."""
+        whether or not they are cached: the answer never depends on the server's state); a
+        request whose words alone are over the limit is refused without the tokenizer
+        (`Encoder.token_floor`), which would take seconds over a maximal body."""
         texts = list(dict.fromkeys(req.queries))
-        tokens = sum(self.encoder.token_counts(texts, self.encoder.query_prompt))
+        floor = self.encoder.token_floor(texts, self.encoder.query_prompt)
+        if floor > max_tokens:  # refused by the cheap count, the tokenizer never asked
+            tokens, held = floor, f"at least {floor}"
+        else:
+            tokens = sum(self.encoder.token_counts(texts, self.encoder.query_prompt))
+            held = str(tokens)
         if tokens > max_tokens:
-            raise RequestError("queries", f"the queries hold {tokens} tokens (as the model "
+            raise RequestError("queries", f"the queries hold {held} tokens (as the model "
                                f"reads them); at most {max_tokens} a request "
                                "(retrieval.max_request_tokens): split the batch")
 

@@ -69,6 +69,12 @@ _sglang_stop() {  # stop only the process group this script started
     fi
 }
 
+_check_complete() {  # <hf dir>: exit 2 naming it unless it holds a complete model (before a
+    # server starts on it; the check is the standard library's alone: any python3 runs it)
+    PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python3}" \
+        -m evolving_rl.local.checkpoints "$1" || eval_fail "refusing to serve $1"
+}
+
 _convert_torch_dist() {  # <torch_dist dir> <hf base> <out>: HF folder (converted once)
     local src="$1" base="$2" dst="$3" slime="${SLIME_DIR:-$ROOT/slime}"
     [ -n "$base" ] || eval_fail "--torch-dist needs --hf-base DIR (the original HF folder)"
@@ -110,6 +116,7 @@ eval_main() {
             _sglang_start "$target" "$out"
             args+=(--sglang-url "$SGLANG_URL" --tokenizer "$target") ;;
         --hf)
+            _check_complete "$target"
             _sglang_start "$target" "$out"
             args+=(--sglang-url "$SGLANG_URL" --tokenizer "$target") ;;
         --url) args+=(--sglang-url "$target") ;;

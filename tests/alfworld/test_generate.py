@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,14 @@ def test_same_seed_same_bytes(dataset, tmp_path):
     original = root / trial.relative_to(tmp_path)
     for name in ("game.tw-pddl", "traj_data.json"):
         assert (trial / name).read_bytes() == (original / name).read_bytes()
+
+
+def test_a_data_root_named_like_a_z_machine_game_still_plays(dataset, tmp_path):
+    """TextWorld guesses a Z-machine game from `.z1`-`.z8` anywhere in a path; the replay names
+    its backend (issue 60, item 7)."""
+    root, _ = dataset
+    trial = _games(root, "valid_seen")[0]
+    copy = Path(shutil.copytree(trial, tmp_path / "runs.z5" / "data.z8" / trial.name))
+    game = json.loads((copy / "game.tw-pddl").read_text())
+    result = replay(str(copy / "game.tw-pddl"), game["walkthrough"])
+    assert result.won and result.steps == len(game["walkthrough"])

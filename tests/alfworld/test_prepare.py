@@ -24,6 +24,7 @@ from env.alfworld.prepare import (
 )
 from evolving_rl.config import ConfigError, load_config, parse_config
 from evolving_rl.config.schema import AlfworldSplit, AlfworldSubset
+from evolving_rl.retrieval.prepared import PreparedData, PreparedDataError, read_split
 from tests.profile_data import ROOT, profile_commands
 
 OUTPUTS = ("train", "train_seen", "train_unseen", "valid_seen", "valid_unseen")
@@ -204,3 +205,31 @@ def test_the_one_gpu_data_command_makes_valid_small_as_its_profile_says(tmp_path
     assert manifest["splits"]["valid_small"] == {
         "games": 8, "by_task_type": {"look_at_obj_in_light": 4, "pick_and_place_simple": 4}}
     assert manifest["splits"]["valid_unseen"]["games"] == 24
+
+
+def _drop_last_line(path: Path) -> None:
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[:-1]))
+
+
+def test_a_split_that_lost_lines_is_refused_naming_the_manifest(fake_root, tmp_path):
+    prepared = tmp_path / "prepared"
+    prepare(fake_root, prepared)
+    cfg = parse_config({"alfworld": {"prepared_dir": str(prepared)}})
+    assert len(PreparedData.read(cfg).split("train")) == 6
+    _drop_last_line(prepared / "train.jsonl")  # 5 of 6 games left, each line still valid
+    with pytest.raises(PreparedDataError) as refused:
+        PreparedData.read(cfg)
+    assert str(refused.value) == (
+        f"{prepared / 'train.jsonl'} holds 5 lines but {prepared / 'manifest.json'} says 6: "
+        "the file lost or gained lines since it was prepared; prepare the data again")
+    prepare(fake_root, prepared)  # preparing again restores it
+    assert len(PreparedData.read(cfg).split("train")) == 6
+
+
+def test_a_split_changed_in_place_is_refused(fake_root, tmp_path):
+    prepared = tmp_path / "prepared"
+    prepare(fake_root, prepared)
+    path = prepared / "valid_unseen.jsonl"
+    path.write_text(path.read_text().replace("put two cd in safe", "put two cd in box!"))
+    with pytest.raises(PreparedDataError, match="its sha256 differs"):
+        read_split(prepared, "valid_unseen")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import struct
 import subprocess
 import sys
 
@@ -48,12 +49,46 @@ def test_bad_arguments_exit_2_with_a_message(args, message):
     assert "Traceback" not in result.stderr
 
 
+def _weightless_model(folder):
+    """A complete HF folder as far as the checkpoint check reads: a config, a whole (empty)
+    safetensors file."""
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", 2) + b"{}")
+
+
+def test_a_checkpoint_cut_short_exits_2_before_anything_starts(tmp_path):
+    folder = tmp_path / "checkpoints" / "step_0003"
+    _weightless_model(folder)
+    (folder / "config.json").write_bytes(b"")  # a save killed at its first file
+    result = _evaluate("--config", "configs/local_cpu.yaml", "--out", str(tmp_path / "out"),
+                       "--local", str(folder))
+    assert result.returncode == 2, result.stderr
+    assert f"{folder} is no complete checkpoint (config.json does not parse (0 bytes))" \
+        in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()
+
+
+def test_eval_scripts_refuse_to_serve_a_checkpoint_cut_short(tmp_path):
+    folder = tmp_path / "step_0003"
+    _weightless_model(folder)
+    (folder / "model.safetensors").write_bytes(b"")
+    for script in ("scripts/alfworld/eval.sh", "scripts/web/eval.sh"):
+        result = subprocess.run(["bash", script, "--hf", str(folder), "--out",
+                                 str(tmp_path / "out")], cwd=ROOT, capture_output=True,
+                                text=True, timeout=60, env={**ENV, "PYTHON": sys.executable})
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.splitlines() == [
+            f"{folder} is no complete checkpoint: model.safetensors has no readable header "
+            "(0 bytes)", f"eval.sh: refusing to serve {folder}"]
+        assert not (tmp_path / "out").exists()  # SGLang was never started
+
+
 def test_missing_data_names_what_to_run(tmp_path):
     config = tmp_path / "web.yaml"
     config.write_text(yaml.safe_dump({"environment": "mind2web", "mind2web": {
         "prepared_dir": str(tmp_path / "prepared")}}))
-    (tmp_path / "m").mkdir()
-    (tmp_path / "m" / "config.json").write_text("{}")  # the checkpoint is checked first
+    _weightless_model(tmp_path / "m")  # the checkpoint is checked first
     result = _evaluate("--config", str(config), "--out", str(tmp_path / "out"),
                        "--local", str(tmp_path / "m"))
     assert result.returncode == 2

@@ -7,9 +7,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import resource
 import shutil
 import socket
 import struct
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,7 +22,7 @@ import torch
 
 import evolving_rl.local.job as job
 from env.launch import free_port, free_port_block
-from evolving_rl.config import load_config
+from evolving_rl.config import ConfigError, load_config
 from evolving_rl.config.schema import LocalConfig
 from evolving_rl.local.__main__ import main
 from evolving_rl.local.model import QWEN_CODER_MODEL
@@ -27,8 +31,10 @@ from evolving_rl.local.preflight import (
     device_problem,
     disk_problems,
     model_problems,
+    path_problems,
     port_problems,
 )
+from evolving_rl.local.run_lock import hold, holder
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -223,3 +229,56 @@ def test_the_trainer_state_estimate_follows_the_masters():
     assert checkpoint_bytes(params, LocalConfig(dtype="float32", optimizer_device="cpu")) == (
         40, 120)
     assert checkpoint_bytes(params, LocalConfig(save_trainer_state=False)) == (40, 0)
+
+
+def test_a_second_job_on_a_running_jobs_folder_exits_2_naming_it_with_nothing_moved(
+        tmp_path, caplog, stop_after_preflight):
+    run = tmp_path / "runs" / "local_cpu"
+    _finished_run(run)
+    with hold(run):  # the running job (other ports than the second one's)
+        before = _snapshot(run)
+        with caplog.at_level(logging.ERROR):
+            assert main(_args(run, free_port())) == 2
+        assert _snapshot(run) == before
+    message = caplog.records[-1].getMessage()
+    assert f"run.output_dir: {run} is in use by a running job (pid {os.getpid()} on " in message
+    assert "--set run.output_dir=<another folder>" in message
+
+
+def test_the_lock_refuses_a_second_holder_and_dies_with_its_process(tmp_path):
+    run = tmp_path / "run"
+    with hold(run), pytest.raises(ConfigError, match=f"{run} is in use by a running job"):
+        with hold(run):
+            pass
+    code = ("import sys; from pathlib import Path; from evolving_rl.local.run_lock import hold\n"
+            "with hold(Path(sys.argv[1])):\n    print('held', flush=True); sys.stdin.read()")
+    child = subprocess.Popen([sys.executable, "-c", code, str(run)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "held\n"
+        assert f"pid {child.pid} on " in str(holder(run))
+    finally:
+        child.kill()  # kill -9: the kernel drops the lock with the process
+        child.wait()
+    assert holder(run) is None
+    with hold(run):
+        pass
+
+
+def test_a_file_size_limit_below_a_checkpoint_file_is_named(tmp_path, monkeypatch):
+    _model_folder(tmp_path / "model", {"embed": [1000, 100], "norm": [100]})
+    cfg = _config(f"local.model={tmp_path / 'model'}", f"run.output_dir={tmp_path}/run",
+                  "local.dtype=float32")
+    monkeypatch.setattr(resource, "getrlimit", lambda _which: (500_000, resource.RLIM_INFINITY))
+    (found,) = disk_problems(cfg)  # weights 0.40 MB fit, the trainer state's 0.80 MB do not
+    assert found == ("run.output_dir: a checkpoint writes a file of about 0.80 MB but the "
+                     "file-size limit (ulimit -f) is 0.50 MB: the run would lose its steps at "
+                     "the save; raise it (ulimit -f unlimited), or --set "
+                     "local.save_trainer_state=false")
+
+
+def test_an_output_folder_that_cannot_be_written_is_named(tmp_path, monkeypatch):
+    cfg = _config(f"run.output_dir={tmp_path}/runs/a")
+    monkeypatch.setattr(os, "access", lambda path, _mode: Path(path) != tmp_path)
+    assert path_problems(cfg) == [f"run.output_dir: {tmp_path} is not writable (read-only, or "
+                                  "not yours); --set run.output_dir=<a folder you can write>"]

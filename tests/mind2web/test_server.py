@@ -454,6 +454,24 @@ def test_links_are_not_followed_and_the_prepared_splits_must_be_served(mind2web_
         check_prepared(linked, prepared)
 
 
+def test_a_prepared_split_that_lost_lines_stops_the_server_and_is_prepared_again(
+        mind2web_prepared, tmp_path):
+    root, prepared = _copy_and_prepare(mind2web_prepared, tmp_path)
+    train = prepared / "train.jsonl"
+    lines = train.read_text().splitlines(keepends=True)
+    train.write_text("".join(lines[:-2]))  # two whole tasks gone, every line still valid
+    store = TaskStore(root, tmp_path / "cache", 4, 4)
+    with pytest.raises(TaskDataError) as refused:
+        check_prepared(store, prepared)
+    assert str(refused.value) == (
+        f"{train} holds {len(lines) - 2} lines but {prepared / 'manifest.json'} says "
+        f"{len(lines)}: the file lost or gained lines since it was prepared; prepare the data "
+        "again")
+    prepare(root, prepared)  # not "up to date": the split is written again
+    assert len(train.read_text().splitlines()) == len(lines)
+    check_prepared(store, prepared)
+
+
 def test_prepared_rows_from_a_copied_root_are_served_and_a_changed_file_stops_the_server(
         mind2web_prepared, tmp_path):
     """A data folder prepared at one place and copied to another (a GPU node: the tar there kept

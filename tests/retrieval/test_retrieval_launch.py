@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import signal
+import sys
 
 import pytest
 
-from env.launch import LaunchError, stop_pid_file
+from env.launch import LaunchError, config_arguments, start_server, stop_pid_file
 from env.retrieval.launcher import start_retrieval_server, stop_retrieval_server
 from evolving_rl.config import load_config
 
@@ -36,3 +38,21 @@ def test_the_start_wait_is_the_configs(tmp_path, prepared_dir, make_config, conf
     with pytest.raises(LaunchError, match="not healthy after 0 s"):
         start_retrieval_server(cfg)
     assert stop_retrieval_server(cfg) is False  # the failed start stopped its process
+
+
+def test_a_stopped_server_ends_without_the_interpreters_teardown(tmp_path, prepared_dir,
+                                                                 make_config, config, cache):
+    """After its stop the server ends at once: the interpreter's teardown of torch and
+    transformers (1.5 s idle, 4.7-10 s under load, while the launcher's stop waited and then
+    SIGKILLed it) never runs, shown by an exit hook that never fires (issue 60, item 8)."""
+    cfg = load_config(make_config(tmp_path, prepared_dir, cache_path=config.retrieval.cache_path))
+    marker, log = tmp_path / "torn_down", tmp_path / "server.out"
+    code = (f"import atexit, pathlib, runpy; atexit.register(pathlib.Path({str(marker)!r}).touch)"
+            "; runpy.run_module('env.retrieval', run_name='__main__')")
+    url = f"http://{cfg.retrieval.host}:{cfg.retrieval.port}"
+    proc = start_server([sys.executable, "-c", code, *config_arguments(cfg)], f"{url}/health",
+                        log, cfg.retrieval.start_timeout_s)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    assert f"retrieval server on port {cfg.retrieval.port} stopped" in log.read_text()
+    assert not marker.exists()

@@ -5,6 +5,7 @@ that evaluation loads, and exit 2 with a message for every mistake."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import subprocess
 import sys
@@ -194,7 +195,7 @@ def test_an_export_is_a_library_evaluation_uses(capsys, run_dir, tmp_path, task_
     (["search", "!!", "--run-dir", "{run}"], "holds no words"),
     (["export", "--run-dir", "{run}", "--out", "{run}/skill_library.jsonl", "--top", "1"],
      "exists (pass --force"),
-    (["list", "--library", "{tmp}/bad.jsonl"], "is not a skill library"),
+    (["list", "--library", "{tmp}/bad.jsonl"], "bad.jsonl:1: field 'source_id' is missing"),
 ])
 def test_mistakes_exit_2_with_a_message(run_dir, tmp_path, argv, message):
     (tmp_path / "bad.jsonl").write_text('{"rollout": "1"}\n')
@@ -216,3 +217,57 @@ def test_an_export_with_no_usable_skill_writes_nothing_and_says_why(tmp_path, ca
     assert not out.with_name("skills.jsonl.partial").exists()
     error = capsys.readouterr().err
     assert f"nothing exported, {out} not written: none of the 2 skills is usable" in error
+
+
+def _library_with(tmp_path: Path, line: str) -> Path:
+    """The fixture's records with `line` as the third line."""
+    path = tmp_path / "hostile.jsonl"
+    SkillLibrary(path).append(RECORDS)
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    path.write_text("".join([*lines[:2], line + "\n", *lines[2:]]), encoding="utf-8")
+    return path
+
+
+def _row(**fields: Any) -> str:
+    return json.dumps({**dataclasses.asdict(RECORDS[0]), **fields})
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    (_row(parse_ok="false"), "field 'parse_ok' must be true or false, got \"false\""),
+    (_row(reward=float("nan")), "field 'reward' must be a finite number or null, got NaN"),
+    (_row(reward=True), "field 'reward' must be a finite number or null, got true"),
+    (_row(reward="0.9"), "field 'reward' must be a finite number or null, got \"0.9\""),
+    (_row(skill="not a dict"), "field 'skill' must be a JSON object or null"),
+    (_row(downstream_scores=[1, "x"]), "field 'downstream_scores' must be a list of finite"),
+    (_row(extra=1), "unknown field 'extra'"),
+    ("[1, 2]", "not a JSON object"),
+    ('{"rollout": ', "not JSON"),
+])
+def test_a_record_of_the_wrong_types_exits_2_naming_file_line_and_field(
+        tmp_path, capsys, line, message):
+    path = _library_with(tmp_path, line)
+    for command in (["list"], ["export", "--out", str(tmp_path / "out.jsonl"), "--top", "3"]):
+        with pytest.raises(SystemExit) as exited:
+            main([*command, "--library", str(path)])
+        assert exited.value.code == 2
+        assert f"error: {path}:3: {message}" in capsys.readouterr().err
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_torn_last_line_is_dropped_with_a_warning(tmp_path, capsys, caplog):
+    path = tmp_path / "torn.jsonl"
+    SkillLibrary(path).append(RECORDS)
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(_row(rollout="3")[:40])  # killed mid-write
+    with caplog.at_level("WARNING"):
+        rows = json.loads(cli(capsys, "list", "--library", str(path), "--json"))
+    assert len(rows) == len(RECORDS)
+    assert f"{path}:{len(RECORDS) + 1}: torn last line dropped" in caplog.text
+
+
+def test_a_nan_reward_is_refused_at_write_and_nothing_is_written(tmp_path):
+    path = tmp_path / "lib.jsonl"
+    bad = dataclasses.replace(RECORDS[0], reward=float("nan"))
+    with pytest.raises(ValueError, match="field 'reward' must be a finite number or null"):
+        SkillLibrary(path).append([RECORDS[1], bad])
+    assert not path.exists()

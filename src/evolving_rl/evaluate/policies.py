@@ -22,6 +22,7 @@ from evolving_rl.clients.openai_compat import OpenAICompletionsClient
 from evolving_rl.clients.policy import PolicyClient, SGLangPolicyClient
 from evolving_rl.clients.tokenizer import ChatTokenizer, HFChatTokenizer
 from evolving_rl.config.schema import Config
+from evolving_rl.local.checkpoints import incomplete_reason
 
 
 @dataclass(frozen=True)
@@ -48,13 +49,20 @@ class PolicySpec:
         return f"{self.kind}:{self.url or self.path}"
 
     def check_exists(self) -> None:
-        """`MissingCheckpointError` when a local policy's folder holds no HF model, or the
-        `tokenizer` folder is missing."""
+        """`MissingCheckpointError` when a local policy's folder holds no complete HF model
+        (`local.checkpoints.incomplete_reason`), or the `tokenizer` folder is missing."""
         if self.tokenizer and not Path(self.tokenizer).is_dir():
             raise MissingCheckpointError(f"no tokenizer folder at {self.tokenizer}")
-        if self.kind != "local" or (Path(str(self.path)) / "config.json").is_file():
+        if self.kind != "local":
             return
         path = Path(str(self.path))
+        incomplete = incomplete_reason(path)
+        if incomplete is None:
+            return
+        if path.is_dir() and incomplete != "no config.json":
+            raise MissingCheckpointError(
+                f"{path} is no complete checkpoint ({incomplete}): a save interrupted before it "
+                "was renamed into place, or a copy cut short; evaluate another checkpoint")
         found = saved_checkpoints(path.parent if path.parent.is_dir() else Path("runs"))
         shown = ", ".join(map(str, found[:_LISTED])) + (" ..." if len(found) > _LISTED else "")
         raise MissingCheckpointError(

@@ -31,11 +31,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+import signal
+import threading
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from evolving_rl.clients.policy import PolicyClient
 from evolving_rl.clients.tokenizer import ChatTokenizer
@@ -57,6 +59,7 @@ from evolving_rl.pipeline.skill_library import SkillLibrary
 from evolving_rl.retrieval.prepared import PreparedData, environment_prepared_dir, round_robin
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 CASES_FILE = "cases.jsonl"
 # Opens (policy, chat tokenizer) for the run and releases them on exit.
@@ -122,6 +125,50 @@ def _adapter(cfg: Config) -> EnvironmentAdapter:
     return make_adapter(cfg, lenient=cfg.local.lenient_actions)
 
 
+_STOPPED = object()
+
+
+def run_stoppable(main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(main)`, where a SIGTERM (in the main thread) cancels `main` instead of
+    raising in whichever task runs: its cases unwind, the clients close after them (`_settle`),
+    then `SystemExit("signal 15")` is raised outside the loop, as `env.launch`'s handler would,
+    with no traceback. The SIGTERM handler in place before is restored on return."""
+    async def guarded() -> object:
+        task, stopped = asyncio.current_task(), []
+        if threading.current_thread() is not threading.main_thread() or task is None:
+            return await main
+        loop, previous = asyncio.get_running_loop(), signal.getsignal(signal.SIGTERM)
+        loop.add_signal_handler(signal.SIGTERM, lambda: (stopped.append(1), task.cancel()))
+        try:
+            return await main
+        except asyncio.CancelledError:
+            if stopped:
+                return _STOPPED
+            raise
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+            if previous is not None:  # None: not set from Python; SIGTERM keeps its default
+                signal.signal(signal.SIGTERM, previous)
+
+    result = asyncio.run(guarded())
+    if result is _STOPPED:
+        raise SystemExit(f"signal {int(signal.SIGTERM)}")
+    return result  # type: ignore[return-value]
+
+
+async def _settle(tasks: list[asyncio.Task]) -> None:
+    """Cancel the tasks still running and wait until each has ended (its cleanup included):
+    a SIGTERM (`SystemExit` in one of them) or an error must not close the clients under the
+    episodes still unwinding, each of which would log a `Session is closed` traceback. A task
+    cancelled already (by `asyncio.run` on SIGTERM, say) is not cancelled again: that would
+    interrupt its cleanup (`Task.cancelling`, Python 3.11; on 3.10 it is cancelled again)."""
+    for task in tasks:
+        if not task.done() and not getattr(task, "cancelling", lambda: 0)():
+            task.cancel()
+    if tasks:
+        await asyncio.wait(tasks)
+
+
 async def _evaluate(cfg: Config, opener: PolicyOpener, request: EvalRequest,
                     prepared: PreparedData, rows: dict[str, list[dict[str, Any]]],
                     train_types: frozenset[str], store: CaseStore
@@ -141,10 +188,14 @@ async def _evaluate(cfg: Config, opener: PolicyOpener, request: EvalRequest,
             metrics["eval/retrieval_failed"] = float(failed)
             results.setdefault(split, {})[str(protocol)] = metrics
 
+        running: list[asyncio.Task] = []
         try:
             for split in rows:  # a split's protocols at once: their episodes share the batches
-                await asyncio.gather(*(one(split, protocol) for protocol in request.protocols))
+                running = [asyncio.ensure_future(one(split, protocol))
+                           for protocol in request.protocols]
+                await asyncio.gather(*running)
         finally:
+            await _settle(running)  # the clients close only once nothing runs on them
             await ctx.close()
     return {split: {str(p): results[split][str(p)] for p in request.protocols}
             for split in results}
@@ -188,7 +239,7 @@ def run_evaluation(cfg: Config, spec: PolicySpec, request: EvalRequest,
     store.set_aside()
     request.out_dir.mkdir(parents=True, exist_ok=True)
     with _services(cfg, request.start_servers, prepared):
-        results = asyncio.run(_evaluate(cfg, opener or (lambda: open_policy(spec, cfg)), request,
+        results = run_stoppable(_evaluate(cfg, opener or (lambda: open_policy(spec, cfg)), request,
                                         prepared, rows, train_types, store))
     return EvalOutcome(results, train_types, key)
 

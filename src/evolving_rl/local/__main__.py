@@ -4,12 +4,14 @@
 
 Validates the config, runs `evolving_rl.local.job.run_job` (data, retrieval cache, servers,
 before/after evaluation around `local.train_steps` GRPO steps) and prints a one-screen summary,
-also written to `<run>/summary.txt`.
+also written to `<run>/summary.txt`. Exit 2 on a config the job refuses before it starts; exit 1
+with one line naming the file when a write of the run fails (a full disk, a file-size limit).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import sys
 import time
@@ -18,9 +20,14 @@ from typing import Any
 
 from evolving_rl.config import ConfigError, load_config
 from evolving_rl.local.job import ARCHIVE_PREFIX, JobResult, run_job
+from evolving_rl.local.metrics import RunWriteError
+from evolving_rl.local.run_lock import LOCK_FILE
 from evolving_rl.local.trainer import STATE_FILE
+from evolving_rl.retrieval.prepared import PreparedDataError
 
 log = logging.getLogger("evolving_rl.local")
+# A write the filesystem refused for room: no space, over the file-size limit, over the quota.
+FULL = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
 
 
 def _pct(value: Any) -> str:
@@ -83,7 +90,8 @@ def outputs(run_dir: Path) -> list[str]:
     """Every entry the run wrote in its folder (earlier runs' archives left out), summary.txt
     included (written with this text)."""
     names = {path.name + ("/" if path.is_dir() else "") for path in run_dir.iterdir()
-             if not path.name.startswith(ARCHIVE_PREFIX)} if run_dir.is_dir() else set()
+             if not path.name.startswith(ARCHIVE_PREFIX) and path.name != LOCK_FILE
+             } if run_dir.is_dir() else set()
     return sorted(names | {"summary.txt"})
 
 
@@ -107,13 +115,22 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         cfg = load_config(args.config, args.overrides)
-        result = run_job(cfg)
-    except ConfigError as err:  # an invalid config, or an environment with no registered domain
-        log.error("%s", err)
-        return 2
-    text = summary(result, time.perf_counter() - started, cfg.sampling.eval_solver.decoding())
-    (result.run_dir / "summary.txt").write_text(text + "\n", encoding="utf-8")
-    print(text)
+
+        def write_summary(result: JobResult) -> None:
+            text = summary(result, time.perf_counter() - started,
+                           cfg.sampling.eval_solver.decoding())
+            (result.run_dir / "summary.txt").write_text(text + "\n", encoding="utf-8")
+            print(text)
+
+        run_job(cfg, finish=write_summary)
+    except (ConfigError, PreparedDataError) as err:  # an invalid config, a folder another job
+        log.error("%s", err)  # holds, an environment with no registered domain, a prepared split
+        return 2              # that does not parse or is not the one its manifest describes
+    except OSError as err:
+        if not isinstance(err, RunWriteError) and err.errno not in FULL:
+            raise
+        log.error("%s", err)  # a file of the run could not be written: one line naming it
+        return 1
     return 0
 
 

@@ -22,9 +22,10 @@ skills to `<run>/skill_library.jsonl`; the validated config the run used (overri
 
 Before any of it, `local.preflight` checks every port the servers will bind, the devices, the
 models and paths the job reads and the disk its checkpoints need, and refuses to start (naming
-the config key to `--set`) with nothing written or moved; only then is an earlier run in the
-folder moved, whole, into a new `<run>/previous-<UTC time>/` (an archive is never written into
-again).
+the config key to `--set`) with nothing written or moved; then it takes the folder's lock
+(`local.run_lock`: a second job on the folder exits 2 naming this one), and only then is an
+earlier run in the folder moved, whole, into a new `<run>/previous-<UTC time>/` (an archive is
+never written into again).
 
 A config whose trained roles sample at top-p < 1 is refused before any stage (`check_sampling`):
 the in-process decoder samples from the nucleus but returns, and the trainer recomputes, log-probs
@@ -40,9 +41,10 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -60,13 +62,14 @@ from evolving_rl.local.model import frozen_copy, load_model, load_tokenizer, res
 from evolving_rl.local.plot_style import reward_subtitle
 from evolving_rl.local.plots import plot_run
 from evolving_rl.local.preflight import preflight
+from evolving_rl.local.run_lock import LOCK_FILE, hold
 from evolving_rl.local.scalars import open_sinks
 from evolving_rl.local.servers import build_retrieval_cache, env_services, servers
 from evolving_rl.local.trainer import GRPOTrainer, seed_everything
 from evolving_rl.pipeline.context import PipelineContext, build_context, make_adapter
 from evolving_rl.pipeline.evaluation import EvalPlan, EvalProtocol, run_eval
 from evolving_rl.pipeline.rollout import run_training_rollout
-from evolving_rl.retrieval.prepared import PreparedData, round_robin
+from evolving_rl.retrieval.prepared import PreparedData, environment_prepared_dir, round_robin
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +100,18 @@ def eval_rows(cfg: Config, prepared: PreparedData) -> list[dict[str, Any]]:
     """`local.n_eval_games` tasks of the environment's held-out split, taken round-robin over
     task types (deterministic)."""
     return round_robin(prepared.split(domain_for(cfg).eval_split), cfg.local.n_eval_games)
+
+
+def check_eval_rows(cfg: Config, prepared: PreparedData) -> None:
+    """A `ConfigError` (exit 2) when `local.n_eval_games` asks for an evaluation but the held-out
+    split holds no task: the evaluations would score 0 cases and the run would train on."""
+    split = domain_for(cfg).eval_split
+    if cfg.local.n_eval_games and not eval_rows(cfg, prepared):
+        path = environment_prepared_dir(cfg) / f"{split}.jsonl"
+        raise ConfigError("", f"the held-out split {split!r} ({path}) holds no task, so the "
+                          "evaluation would score 0 cases (a data set whose generation was "
+                          "interrupted?); make the data again, or point the config at complete "
+                          "data")
 
 
 def splits_of(rows: list[dict[str, Any]]) -> str:
@@ -208,11 +223,14 @@ async def train_and_evaluate(cfg: Config, models: Models, log: MetricsLog, resul
 
 
 def _maybe_checkpoint(cfg: Config, models: Models, result: JobResult, final: bool = False) -> None:
+    """Save every `local.checkpoint_every` steps and at the end; a step this run saved already
+    is never written again (the final stage after a step that `checkpoint_every` divides)."""
     step, every = models.trainer.step_count, cfg.local.checkpoint_every
-    if final or (every and step % every == 0):
-        result.checkpoint = models.trainer.save(
-            result.run_dir / "checkpoints" / f"step_{step:04d}", models.tokenizer)
-        logger.info("checkpoint %s", result.checkpoint)
+    folder = result.run_dir / "checkpoints" / f"step_{step:04d}"
+    if folder == result.checkpoint or not (final or (every and step % every == 0)):
+        return
+    result.checkpoint = models.trainer.save(folder, models.tokenizer)
+    logger.info("checkpoint %s", result.checkpoint)
 
 
 def write_run_config(cfg: Config, run_dir: Path) -> Path:
@@ -234,7 +252,8 @@ def archive_previous_run(run_dir: Path, keep: tuple[str, ...] = (LAUNCHER_LOG,))
     overwrites them. The folder is created exclusively: an archive is never written into
     twice."""
     present = [path for path in sorted(run_dir.iterdir())
-               if not path.name.startswith(ARCHIVE_PREFIX) and path.name not in keep]
+               if not path.name.startswith(ARCHIVE_PREFIX)
+               and path.name not in (*keep, LOCK_FILE)]
     if not present:
         return None
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
@@ -264,13 +283,22 @@ def check_sampling(cfg: Config) -> None:
                 f"set --set sampling.{role}.top_p=1.0")
 
 
-def run_job(cfg: Config) -> JobResult:
-    """Run every stage of the module docstring; returns what was measured."""
+def run_job(cfg: Config, finish: Callable[[JobResult], None] | None = None) -> JobResult:
+    """Run every stage of the module docstring, then `finish` (the summary) while the folder is
+    still this job's (`local.run_lock`); returns what was measured."""
     services = env_services(cfg)  # first: an unregistered environment fails before any stage
     check_sampling(cfg)
     preflight(cfg, services)  # before anything is written or moved
     result = JobResult(run_dir=Path(cfg.run.output_dir))
-    result.run_dir.mkdir(parents=True, exist_ok=True)
+    with hold(result.run_dir):  # a second job on the folder stops here, with nothing moved
+        _run_stages(cfg, services, result)
+        if finish is not None:
+            finish(result)
+    return result
+
+
+def _run_stages(cfg: Config, services: ModuleType, result: JobResult) -> None:
+    """Archive, data, retrieval cache, model, servers, training, checkpoint, plot."""
     if not cfg.local.resume_from:
         archive_previous_run(result.run_dir)
     write_run_config(cfg, result.run_dir)
@@ -280,6 +308,7 @@ def run_job(cfg: Config) -> JobResult:
     with timed(result, "data"):
         services.prepare_data(cfg)
         prepared = PreparedData.read(cfg)  # each file parsed once, passed to every stage
+        check_eval_rows(cfg, prepared)
     with timed(result, "retrieval_cache"):
         build_retrieval_cache(cfg, prepared)
     with timed(result, "model"):
@@ -293,4 +322,3 @@ def run_job(cfg: Config) -> JobResult:
         _maybe_checkpoint(cfg, models, result, final=True)
     result.plot = plot_run(log.read(), result.run_dir / "rewards.png",
                            reward_subtitle(cfg.rewards, domain_for(cfg).invalid_actions))
-    return result

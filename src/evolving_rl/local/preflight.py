@@ -15,11 +15,16 @@ Owns what a mistake would otherwise cost a run, found before an earlier run is m
 - models: `local.model` is one of `GGUF_MODELS` whose converted folder exists or whose GGUF file
   can be found (else the fetch hint of `GgufModel.gguf_path`), `tiny-char` with
   `local.random_init` (it has no weights), or an HF folder (config.json);
-  `local.resume_from` is a checkpoint folder; `retrieval.model` resolves
+  `local.resume_from` is a complete checkpoint folder (`local.checkpoints.incomplete_reason`:
+  weights and trainer state whole); `retrieval.model` resolves
   (`retrieval.encoder.resolve_model`);
+- folder: `run.output_dir` is a folder (or not there yet) that can be written (or made: its
+  nearest existing ancestor) and that no running job holds
+  (`local.run_lock`: the job takes the lock itself right after these checks);
 - disk: the filesystem of `run.output_dir` has room for the checkpoints the run will write,
   estimated from the parameter count in the safetensors headers of the folder the weights start
-  from (`checkpoint_bytes`); skipped when no such folder exists yet (a GGUF model converted on
+  from (`checkpoint_bytes`), and the file-size limit (`ulimit -f`, `RLIMIT_FSIZE`) lets its
+  largest file be written; skipped when no such folder exists yet (a GGUF model converted on
   first use) or it holds no safetensors file.
 
 GPU memory is not checked: beyond the weights, what a run needs (the KV cache of
@@ -36,6 +41,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import resource
 import shutil
 import struct
 from collections.abc import Mapping
@@ -47,7 +54,9 @@ import torch
 from env.launch import free_port_block, port_taken
 from evolving_rl.config import ConfigError
 from evolving_rl.config.schema import Config, LocalConfig
+from evolving_rl.local.checkpoints import incomplete_reason
 from evolving_rl.local.model import DTYPES, GGUF_MODELS
+from evolving_rl.local.run_lock import busy_problem
 from evolving_rl.local.tiny_model import TINY_CHAR
 from evolving_rl.retrieval.encoder import ModelLoadError, resolve_model
 
@@ -136,8 +145,11 @@ def model_problems(cfg: Config) -> list[str]:
     """`local.model`, `local.resume_from` and `retrieval.model` (module docstring)."""
     local = cfg.local
     problems = []
-    if local.resume_from and not _has_config(Path(local.resume_from)):
-        problems.append(f"local.resume_from: no checkpoint (config.json) in {local.resume_from}")
+    incomplete = (incomplete_reason(Path(local.resume_from), trainer_state=True)
+                  if local.resume_from else None)
+    if incomplete:
+        problems.append(f"local.resume_from: no checkpoint to resume from in "
+                        f"{local.resume_from} ({incomplete}); give a complete one")
     spec = GGUF_MODELS.get(local.model)
     if local.model == TINY_CHAR and not local.random_init:
         problems.append(f"local.model: {TINY_CHAR!r} has no weights; build it at random with "
@@ -206,34 +218,60 @@ def _size(size: int) -> str:
     return f"{size / 1e9:.2f} GB" if size >= 10**8 else f"{size / 1e6:.2f} MB"
 
 
+def _existing(path: Path) -> Path:
+    """`path`, or its nearest ancestor that exists."""
+    existing = path.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    return existing
+
+
+def file_size_problems(weights: int, state: int) -> list[str]:
+    """A checkpoint file (`weights`, `state` bytes) larger than the file-size limit."""
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit == resource.RLIM_INFINITY or limit >= max(weights, state):
+        return []
+    lighter = ", or --set local.save_trainer_state=false" if weights <= limit else ""
+    return [f"run.output_dir: a checkpoint writes a file of about {_size(max(weights, state))} "
+            f"but the file-size limit (ulimit -f) is {_size(limit)}: the run would lose its "
+            f"steps at the save; raise it (ulimit -f unlimited){lighter}"]
+
+
 def disk_problems(cfg: Config) -> list[str]:
-    """The checkpoints' estimated size against the free space of `run.output_dir`."""
+    """The checkpoints' estimated size against the free space of `run.output_dir`, and their
+    largest file against the file-size limit (`ulimit -f`)."""
     folder = weights_folder(cfg.local)
     params = parameter_count(folder) if folder else None
     if params is None:
         return []
     weights, state = checkpoint_bytes(params, cfg.local)
+    problems = file_size_problems(weights, state)
     count = checkpoint_count(cfg.local)
     need = count * (weights + state)
-    existing = Path(cfg.run.output_dir).absolute()
-    while not existing.exists():
-        existing = existing.parent
+    existing = _existing(Path(cfg.run.output_dir))
     free = shutil.disk_usage(existing).free
     if free >= need:
-        return []
+        return problems
     lighter = " or --set local.save_trainer_state=false," if state else ""
-    return [f"run.output_dir: {count} checkpoint(s) of {params:,} parameters need about "
+    return problems + [f"run.output_dir: {count} checkpoint(s) of {params:,} parameters need about "
             f"{_size(need)} (weights {_size(weights)} + trainer state {_size(state)} each) but "
             f"{existing} has {_size(free)} free; free space,{lighter} or --set "
             f"run.output_dir=<a folder on a larger disk>"]
 
 
 def path_problems(cfg: Config) -> list[str]:
-    """`run.output_dir` must be a folder, if it exists."""
+    """`run.output_dir` must be a folder, if it exists, that can be written (or be made in a
+    folder that can) and that no running job holds (`local.run_lock`)."""
     run_dir = Path(cfg.run.output_dir)
     if run_dir.exists() and not run_dir.is_dir():
         return [f"run.output_dir: {run_dir} is a file, not a folder"]
-    return []
+    existing = _existing(run_dir)
+    if (not os.access(existing, os.W_OK | os.X_OK)
+            or os.statvfs(existing).f_flag & os.ST_RDONLY):
+        return [f"run.output_dir: {existing} is not writable (read-only, or not yours); "
+                "--set run.output_dir=<a folder you can write>"]
+    busy = busy_problem(run_dir)
+    return [busy] if busy else []
 
 
 def preflight(cfg: Config, services: ModuleType) -> None:

@@ -50,12 +50,12 @@ from tqdm import tqdm
 from evolving_rl.config.schema import LocalConfig, LossConfig
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import TrainSample
+from evolving_rl.local.checkpoints import STATE_FILE, write_folder
 from evolving_rl.local.master_weights import MasterWeights, OffloadedMasters
 from evolving_rl.losses import per_token_policy_loss
 
 logger = logging.getLogger(__name__)
 
-STATE_FILE = "trainer_state.pt"
 ROLES = (Role.SOLVER, Role.EXTRACTOR)
 TERMS = ("pg", "kl", "entropy", "clipped", "ratio")
 
@@ -426,18 +426,22 @@ class GRPOTrainer:
     def save(self, directory: str | Path, tokenizer: object | None = None) -> Path:
         """An HF checkpoint of the policy (+ tokenizer) and the step count; with
         `local.save_trainer_state`, also the optimiser state (and float32 master weights), which
-        a resumed run needs to continue exactly (about twice the model's size again)."""
-        directory = Path(directory)
-        self.model.save_pretrained(directory)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(directory)
+        a resumed run needs to continue exactly (about twice the model's size again). Staged and
+        renamed into place (`local.checkpoints.write_folder`): a kill mid-save leaves the folder
+        as it was."""
         state: dict[str, object] = {"step": self.step_count}
         if self.local_cfg.save_trainer_state:
             state["optimizer"] = self.optimizer.state_dict()
             if self.masters is not None:
                 state["master_weights"] = self.masters.state_dict()
-        torch.save(state, directory / STATE_FILE)
-        return directory
+
+        def write(staging: Path) -> None:
+            self.model.save_pretrained(staging)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(staging)
+            torch.save(state, staging / STATE_FILE)
+
+        return write_folder(Path(directory), write)
 
     def load_state(self, directory: str | Path) -> None:
         """Restore the step count saved by `save` in `directory`, and the optimiser state when it

@@ -4,13 +4,19 @@ Owns `SkillRecord` (source task, extractor output, the skill format, parse and a
 the skill in its JSON form, its downstream scores and extractor reward) and `SkillLibrary`
 (append after each rollout, read back, best usable skill per source task for evaluation with a
 persisted library; `best_by_source` applies that rule to any records, e.g. an export's).
+
+Every record is checked by type when read and when written (`check_record`: `"parse_ok":
+"false"`, a NaN or boolean reward, a skill that is no object are refused with
+`SkillLibraryError` naming the file, line and field); a torn last line (a run killed mid-write)
+is dropped with a warning, as the other JSONL readers do.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+import math
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -51,9 +57,70 @@ class SkillRecord:
         return self.parse_ok and self.audit_ok and self.skill is not None
 
 
+class SkillLibraryError(ValueError):
+    """A library line that is no valid record (the message names the file, line and field)."""
+
+
+def _number(value: Any) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+# field -> (is its value valid, what it must be)
+_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    **{name: (lambda v: isinstance(v, str), "a string") for name in (
+        "rollout", "source_id", "source_question", "source_task_type", "skill_format", "status",
+        "parse_reason", "audit_detail", "raw_text", "reward_status")},
+    **{name: (lambda v: isinstance(v, bool), "true or false") for name in (
+        "source_success", "parse_ok", "audit_ok")},
+    "skill_index": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "audit_rule": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "skill": (lambda v: v is None or isinstance(v, dict), "a JSON object or null"),
+    "downstream_ids": (lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v),
+                       "a list of strings"),
+    "downstream_scores": (lambda v: isinstance(v, list) and all(i is None or _number(i)
+                                                                for i in v),
+                          "a list of finite numbers or nulls"),
+    "reward": (lambda v: v is None or _number(v), "a finite number or null"),
+}
+
+
+def check_record(row: Any) -> str | None:
+    """What is wrong with `row` as a record's JSON form (the first field found), or None."""
+    if not isinstance(row, dict):
+        return "not a JSON object"
+    unknown = sorted(row.keys() - _CHECKS.keys())
+    if unknown:
+        return f"unknown field {unknown[0]!r}"
+    for name, (valid, must_be) in _CHECKS.items():
+        if name not in row:
+            return f"field {name!r} is missing"
+        if not valid(row[name]):
+            return f"field {name!r} must be {must_be}, got {json.dumps(row[name])[:60]}"
+    return None
+
+
 def _record(row: dict[str, Any]) -> SkillRecord:
     """A record read back; libraries written before `skill_format` existed held compact skills."""
     return SkillRecord(**{"skill_format": LEGACY_FORMAT, **row})
+
+
+def _parsed(path: Path, number: int, line: str, last: bool) -> SkillRecord | None:
+    """The record on line `number`, None for a torn last line (dropped with a warning);
+    `SkillLibraryError` naming the file, line and field for any other bad line."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as error:
+        if last and not line.endswith("\n"):
+            logger.warning("%s:%d: torn last line dropped (%s)", path, number, error)
+            return None
+        raise SkillLibraryError(f"{path}:{number}: not JSON ({error.msg})") from None
+    if isinstance(row, dict):
+        row = {"skill_format": LEGACY_FORMAT, **row}
+    problem = check_record(row)
+    if problem:
+        raise SkillLibraryError(f"{path}:{number}: {problem}")
+    return _record(row)
 
 
 class SkillLibrary:
@@ -67,8 +134,14 @@ class SkillLibrary:
         return cls(Path(run_dir) / FILE_NAME)
 
     def append(self, records: Iterable[SkillRecord]) -> int:
-        """Append records (one line each); returns how many were written."""
-        lines = [json.dumps(asdict(record), ensure_ascii=False) for record in records]
+        """Append records (one line each); returns how many were written. A record of the
+        wrong types (a NaN reward, say) is refused with `SkillLibraryError` before any is."""
+        rows = [asdict(record) for record in records]
+        for row in rows:
+            problem = check_record(row)
+            if problem:
+                raise SkillLibraryError(f"{self.path}: refused to write a record: {problem}")
+        lines = [json.dumps(row, ensure_ascii=False) for row in rows]
         if not lines:
             return 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -77,11 +150,15 @@ class SkillLibrary:
         return len(lines)
 
     def load(self) -> list[SkillRecord]:
-        """Every record so far (an absent file is an empty library)."""
+        """Every record so far (an absent file is an empty library), each checked by type
+        (`check_record`); a torn last line is dropped with a warning."""
         if not self.path.is_file():
             return []
         with self.path.open(encoding="utf-8") as handle:
-            return [_record(json.loads(line)) for line in handle if line.strip()]
+            lines = handle.readlines()
+        records = [_parsed(self.path, number, line, number == len(lines))
+                   for number, line in enumerate(lines, 1) if line.strip()]
+        return [record for record in records if record is not None]
 
     def best_by_source(self) -> dict[str, SkillRecord]:
         """The usable skill with the highest reward for each source task id."""

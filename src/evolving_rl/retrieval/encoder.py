@@ -120,15 +120,25 @@ class Encoder:
         self._turns = Turns()
         self.query_cache = QueryCache(query_cache_bytes)
 
+    @property
+    def longest(self) -> int:
+        """The most tokens the model reads of one text (it truncates the rest)."""
+        return int(self.model.max_seq_length or self.model.tokenizer.model_max_length)
+
     def token_counts(self, texts: list[str], prompt: str) -> list[int]:
         """The tokens the model reads of each text (with `prompt`, truncated as it truncates)."""
         if not texts:
             return []
-        tokenizer = self.model.tokenizer
-        longest = self.model.max_seq_length or tokenizer.model_max_length
-        ids = tokenizer([prompt + text for text in texts], truncation=True, max_length=longest,
-                        return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+        ids = self.model.tokenizer([prompt + text for text in texts], truncation=True,
+                                   max_length=self.longest, return_attention_mask=False,
+                                   return_token_type_ids=False)["input_ids"]
         return [len(row) for row in ids]
+
+    def token_floor(self, texts: list[str], prompt: str) -> int:
+        """At most `sum(token_counts(texts, prompt))`, counted without the tokenizer: each
+        whitespace-separated word of a text is at least one token (WordPiece, byte-level BPE and
+        SentencePiece never join words into one), up to the `longest` the model reads."""
+        return sum(min(len((prompt + text).split()), self.longest) for text in texts)
 
     @property
     def waiting(self) -> int:

@@ -6,9 +6,12 @@ of the config section named after the environment, which every environment's sec
 else that one), what one line holds (`PreparedRow`: `id`, `question`, `prompt`,
 `metadata` with `task_type`; the shape every environment's data preparation writes) and how the
 files are read, each line validated, errors naming file and line (`read_prepared`, `read_split`,
-`read_prepared_dir`). `PreparedData` is what one evaluation reads, each file parsed once and passed
-down: the splits of the retrieval index and the task catalog, and the environment's own (one
-dict when they are one folder). The pipeline takes rows as the JSON objects they are
+`read_prepared_dir`), each file first checked against the line count and sha256 its folder's
+`manifest.json` records (`manifest_mismatch`; the preparations write them with `file_entry`):
+a split that lost whole lines is refused with one line, never used as it is. `PreparedData` is
+what one evaluation reads, each file parsed once and passed down: the splits of the retrieval
+index and the task catalog, and the environment's own (one dict when they are one folder). The
+pipeline takes rows as the JSON objects they are
 (`PreparedRow.as_dict`; `split_rows`: a split of the configured environment so); `round_robin`
 picks a split's first rows over task types (the local job's and the checkpoint evaluation's
 held-out subsets).
@@ -16,6 +19,7 @@ held-out subsets).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -84,14 +88,55 @@ def parse_row(line: str, where: str) -> PreparedRow:
     return PreparedRow(task_id, question, prompt, metadata)
 
 
+MANIFEST = "manifest.json"
+FILES_KEY = "files"  # manifest key: split name -> `file_entry` of its JSONL file
+
+
+def file_entry(data: bytes) -> dict[str, Any]:
+    """What a manifest records of a split file's bytes: its line count and sha256."""
+    return {"lines": data.count(b"\n"), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def manifest_mismatch(path: Path, data: bytes) -> str | None:
+    """Why the split file `path` (its bytes `data`) is not the one its folder's manifest
+    describes (`files.<split>`: line count and digest), or None. A folder without a manifest,
+    or a manifest that does not list the file (written before digests were), checks nothing."""
+    manifest = path.parent / MANIFEST
+    if not manifest.is_file():
+        return None
+    try:
+        entry = json.loads(manifest.read_text(encoding="utf-8")).get(FILES_KEY, {})[path.stem]
+    except KeyError:
+        return None
+    except (ValueError, AttributeError, TypeError):
+        return f"{manifest} does not parse: prepare the data again"
+    found = file_entry(data)
+    if found["lines"] != entry.get("lines"):
+        return (f"{path} holds {found['lines']} lines but {manifest} says "
+                f"{entry.get('lines')}: the file lost or gained lines since it was prepared; "
+                "prepare the data again")
+    if found["sha256"] != entry.get("sha256"):
+        return (f"{path} is not the file {manifest} describes (its sha256 differs): it "
+                "changed since it was prepared; prepare the data again")
+    return None
+
+
 def read_prepared(path: str | Path) -> list[PreparedRow]:
-    """Every row of one JSONL file, in file order (blank lines skipped)."""
+    """Every row of one JSONL file, in file order (blank lines skipped), once the file matches
+    its manifest (`manifest_mismatch`)."""
     path = Path(path)
     if not path.is_file():
         raise PreparedDataError(f"prepared file not found: {path}")
-    with path.open(encoding="utf-8") as handle:
-        return [parse_row(line, f"{path}:{lineno}")
-                for lineno, line in enumerate(handle, start=1) if line.strip()]
+    data = path.read_bytes()
+    mismatch = manifest_mismatch(path, data)
+    if mismatch:
+        raise PreparedDataError(mismatch)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise PreparedDataError(f"{path}: not UTF-8 ({err.reason})") from None
+    return [parse_row(line, f"{path}:{lineno}")
+            for lineno, line in enumerate(text.split("\n"), start=1) if line.strip()]
 
 
 def split_names(prepared_dir: str | Path) -> list[str]:

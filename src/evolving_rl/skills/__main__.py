@@ -15,7 +15,8 @@ Embedding search loads the encoder of `retrieval.*` in `--config` (default: the 
 MiniLM on the CPU). An export is a library file in the same format, holding the best usable
 skill of each source task (the one evaluation would pick), the `top` by reward: evaluate with it
 through `SkillLibrary(FILE)`. Mistakes (no library, unknown id, an id prefix that starts several
-ids, a filter nothing has, an export with no usable skill: nothing is written) exit 2.
+ids, a filter nothing has, an export with no usable skill: nothing is written) exit 2, as does a
+library record of the wrong types (one line naming the file, line and field).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from evolving_rl.config import ConfigError, load_config, parse_config
-from evolving_rl.pipeline.skill_library import SkillLibrary, SkillRecord
+from evolving_rl.pipeline.skill_library import SkillLibrary, SkillLibraryError, SkillRecord
 from evolving_rl.retrieval.encoder import ModelLoadError, load_encoder
 from evolving_rl.skills import render
 from evolving_rl.skills.search import embedding_search, text_search
@@ -103,7 +104,9 @@ def _load(args: argparse.Namespace) -> list[SkillRecord]:
         raise SelectionError(f"no skill library at {library.path}")
     try:
         records = library.load()
-    except (ValueError, TypeError) as err:
+    except SkillLibraryError as err:  # names the file, line and field
+        raise SelectionError(str(err)) from None
+    except UnicodeDecodeError as err:
         raise SelectionError(f"{library.path} is not a skill library: {err}") from None
     logger.info("%d records in %s", len(records), library.path)
     return records
