@@ -107,8 +107,10 @@ END_TO_END = frozenset({
     "tests/pipeline/test_pipeline_expert_real.py", "tests/slime/test_hooks_end_to_end.py",
     "tests/retrieval/test_retrieval_server.py", "tests/test_http_server.py",
     "tests/test_readme_commands.py",
-    # the main job as a subprocess (the learning canary), real server processes, a benchmark
-    "tests/local/test_probe_canary.py", "tests/slime/test_top_p_replay.py",
+    # the main job (the learning canary as a subprocess; twice in-process, the determinism
+    # check), real server processes, a benchmark
+    "tests/local/test_probe_canary.py", "tests/local/test_determinism.py",
+    "tests/slime/test_top_p_replay.py",
     "tests/mind2web/test_server.py", "tests/retrieval/test_retrieval_stop.py",
     "tests/test_rollout_benchmark.py",
 })
