@@ -237,7 +237,8 @@ def start_server(cmd: list[str], health_url: str, log_path: str | Path,
     already in use is refused first, naming it (`LaunchError`); a start racing another on the
     same port fails the PID check instead. On failure the process is stopped and `LaunchError`
     names the log, and, when the process exited by itself, the last line it wrote there (its
-    reason, e.g. the file a server refused to start on).
+    reason, e.g. the file a server refused to start on); a wait interrupted otherwise stops it
+    too, and the interruption goes on.
     """
     address = urllib.parse.urlsplit(health_url)
     if address.port is not None and _listening(address.port, address.hostname or ""):
@@ -254,6 +255,9 @@ def start_server(cmd: list[str], health_url: str, log_path: str | Path,
         last = _last_line(Path(log_path), written) if exited else ""
         raise LaunchError(f"{err}" + (f": {last}" if last else "") + f"; see {log_path}") \
             from None
+    except BaseException:  # interrupted (Ctrl-C, a test's timeout): stop what was started
+        stop_process(proc)
+        raise
     shown = cmd[:cmd.index("--config-json")] if "--config-json" in cmd else cmd
     logger.info("started pid %d (%s), healthy at %s", proc.pid, " ".join(shown), health_url)
     return proc

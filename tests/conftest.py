@@ -82,8 +82,8 @@ def retrieval_server(contract_config_path, contract_config):
     subprocess.run([sys.executable, "-m", "evolving_rl.retrieval.build", "--config",
                     str(contract_config_path)], check=True, cwd=ROOT, timeout=300,
                    stdout=subprocess.DEVNULL)
-    start_retrieval_server(contract_config)
-    try:
+    try:  # a start cut short (the test's timeout) still stops what it started
+        start_retrieval_server(contract_config)
         yield contract_config_path
     finally:
         stop_retrieval_server(contract_config)
@@ -92,8 +92,8 @@ def retrieval_server(contract_config_path, contract_config):
 @pytest.fixture(scope="session")
 def real_servers(retrieval_server):
     """Retrieval + ALFWorld servers for the whole session."""
-    alfworld_servers("start", retrieval_server)
-    try:
+    try:  # as above: stopped by their PID files however far the start got
+        alfworld_servers("start", retrieval_server)
         yield retrieval_server
     finally:
         alfworld_servers("stop", retrieval_server)
@@ -107,8 +107,10 @@ END_TO_END = frozenset({
     "tests/pipeline/test_pipeline_expert_real.py", "tests/slime/test_hooks_end_to_end.py",
     "tests/retrieval/test_retrieval_server.py", "tests/test_http_server.py",
     "tests/test_readme_commands.py",
-    # the main job as a subprocess (the learning canary), real server processes, a benchmark
-    "tests/local/test_probe_canary.py", "tests/slime/test_top_p_replay.py",
+    # the main job (the learning canary as a subprocess; twice in-process, the determinism
+    # check), real server processes, a benchmark
+    "tests/local/test_probe_canary.py", "tests/local/test_determinism.py",
+    "tests/slime/test_top_p_replay.py",
     "tests/mind2web/test_server.py", "tests/retrieval/test_retrieval_stop.py",
     "tests/test_rollout_benchmark.py",
 })

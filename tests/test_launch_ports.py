@@ -1,7 +1,7 @@
 """Port helpers of env/launch.py (env/ports.py): consecutive free blocks for a router and its
 workers, picked outside the kernel's ephemeral range and never handed to two processes; a start on
-a port another server holds is refused, and a health wait takes only the process it started for
-healthy."""
+a port another server holds is refused, a health wait takes only the process it started for
+healthy, and a start interrupted while it waits stops that process."""
 
 from __future__ import annotations
 
@@ -17,8 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from env import ports
-from env.launch import LaunchError, free_port, free_port_block, start_server, wait_for_health
+from env import launch, ports
+from env.launch import (
+    LaunchError,
+    free_port,
+    free_port_block,
+    spawn_server,
+    start_server,
+    stop_process,
+    wait_for_health,
+)
 
 
 def test_block_is_free_and_avoids_excluded_ports():
@@ -150,3 +158,27 @@ def test_a_server_that_exits_at_start_is_named_with_its_last_line(tmp_path):
                      f"http://127.0.0.1:{port}/health", silent, timeout_s=60)
     assert str(quiet.value) == (f"server exited with code 2 before http://127.0.0.1:{port}/health "
                                 f"was up; see {silent}")
+
+
+def test_a_start_interrupted_while_waiting_stops_the_process_it_started(tmp_path, monkeypatch):
+    """A test's timeout (pytest-timeout raises `Failed` in the wait) once left a fixture's
+    retrieval server running for 90 minutes after the run (issue 61 §5)."""
+    started = []
+
+    def spawn(cmd, log_path, env=None):
+        started.append(spawn_server(cmd, log_path, env))
+        return started[-1]
+
+    def timed_out(url, timeout_s, proc):
+        raise pytest.fail.Exception("Timeout >300.0s")
+
+    monkeypatch.setattr(launch, "spawn_server", spawn)
+    monkeypatch.setattr(launch, "wait_for_health", timed_out)
+    try:
+        with pytest.raises(pytest.fail.Exception, match="Timeout"):
+            start_server([sys.executable, "-c", "import time; time.sleep(600)"],
+                         f"http://127.0.0.1:{free_port()}/health", tmp_path / "server.log")
+        assert [proc.poll() is not None for proc in started] == [True]  # stopped, not running
+    finally:
+        for proc in started:  # this test's own cleanup, should start_server leave it
+            stop_process(proc)

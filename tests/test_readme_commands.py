@@ -279,17 +279,21 @@ def _help_runs(folder: Path) -> dict:
     `folder` (a few at a time: most of the time is interpreter start-up and imports)."""
     root = checkout_copy(folder / "checkout")
     before = _written(root)
-    with ThreadPoolExecutor(HELP_WORKERS) as pool:
+    pool = ThreadPoolExecutor(HELP_WORKERS)
+    try:
         results = list(pool.map(lambda c: run(f"{c} --help", root, root), HELP_FORM))
+    finally:  # interrupted (the test's timeout): the commands not yet started never start
+        pool.shutdown(cancel_futures=True)
     return {"results": {c: [r.returncode, r.stdout, r.stderr]
                         for c, r in zip(HELP_FORM, results, strict=True)},
             "wrote_nothing": _written(root) == before}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def help_runs(tmp_path_factory) -> HelpRuns:
     """The `--help` forms' outcomes and whether the copy's data folders kept their files. Once
-    a run (tests/run_wide.py: 16-37 s of CPU, which each worker paid as a session fixture)."""
+    a run (tests/run_wide.py: 16-37 s of CPU, which each worker paid as a session fixture; read
+    back per test, so that a failure is reported once)."""
     made = run_wide.once(tmp_path_factory, "readme_help_forms", _help_runs)
     return ({c: subprocess.CompletedProcess(c, code, out, err)
              for c, (code, out, err) in made["results"].items()}, made["wrote_nothing"])

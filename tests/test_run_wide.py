@@ -1,4 +1,5 @@
-"""tests/run_wide.py: a value made once per run, read back by every later caller."""
+"""tests/run_wide.py: a value made once per run, read back by every later caller; a failed or
+timed-out make reported once, every later caller skipped with its cause."""
 
 from __future__ import annotations
 
@@ -31,15 +32,32 @@ def test_a_value_is_made_once_and_each_caller_gets_its_own_copy(tmp_path_factory
     assert run_wide.once(tmp_path_factory, "made_once", make) == {"items": [1, 2]}
 
 
-def test_a_failed_make_leaves_nothing_and_the_next_caller_makes_it_afresh(tmp_path_factory):
-    def failing(folder):
-        (folder / "partial").write_text("half")
-        raise RuntimeError("broke")
+@pytest.mark.parametrize("error", [RuntimeError("broke"),
+                                   pytest.fail.Exception("Timeout >300.0s")])  # pytest-timeout's
+def test_a_failed_make_fails_its_caller_once_and_skips_every_later_one(tmp_path_factory, error):
+    made = []
 
-    with pytest.raises(RuntimeError):
-        run_wide.once(tmp_path_factory, "retried", failing)
-    assert run_wide.once(tmp_path_factory, "retried",
-                         lambda folder: sorted(p.name for p in folder.iterdir())) == []
+    def failing(folder):
+        made.append(folder)
+        raise error
+
+    name = f"failed_{type(error).__name__}"
+    with pytest.raises(type(error)):
+        run_wide.once(tmp_path_factory, name, failing)
+    for _ in range(2):
+        with pytest.raises(pytest.skip.Exception, match=f"{name} failed.*{error}"):
+            run_wide.once(tmp_path_factory, name, failing)
+    assert len(made) == 1
+
+
+def test_a_caller_whose_timeout_comes_while_another_makes_it_is_skipped(tmp_path_factory,
+                                                                         monkeypatch):
+    def timed_out(file, operation):
+        raise pytest.fail.Exception("Timeout >300.0s")
+
+    monkeypatch.setattr(run_wide.fcntl, "flock", timed_out)
+    with pytest.raises(pytest.skip.Exception, match="Timeout >300.0s while another worker"):
+        run_wide.once(tmp_path_factory, "waited", lambda folder: 1)
 
 
 def test_workers_of_a_run_share_the_parent_of_their_base_folders(tmp_path_factory, monkeypatch):

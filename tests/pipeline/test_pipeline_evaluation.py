@@ -1,19 +1,24 @@
 """The evaluation protocols with fakes: retrieved task -> greedy skill -> test task with and
 without it, over repeats; the persisted-library variant (in both skill formats); the retrieval
-settings of each protocol; resuming an interrupted run."""
+settings of each protocol; the card each test task reads comes from its own retrieved task;
+resuming an interrupted run."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
+from collections.abc import Sequence
 
 import pytest
 
+from evolving_rl.clients.retrieval import RetrievedTask, SearchQuery
 from evolving_rl.pipeline.eval_records import CaseStore
-from evolving_rl.pipeline.evaluation import EvalPlan, EvalProtocol, run_eval
+from evolving_rl.pipeline.evaluation import EvalPlan, EvalProtocol, evaluate_cases, run_eval
 from evolving_rl.pipeline.rollout import run_training_rollout
 from tests.fakes.context import fake_context, small_config, toy_rows
-from tests.fakes.scripted import SKILLS, ScriptedPolicy, skill_responder
+from tests.fakes.env import FakeRetrievalClient
+from tests.fakes.scripted import EXTRACTOR_MARKER, SKILLS, ScriptedPolicy, skill_responder
 from tests.fakes.tokenizer import ByteChatTokenizer
 
 TOK = ByteChatTokenizer()
@@ -135,3 +140,53 @@ def test_an_interrupted_run_resumes_to_the_same_report(tmp_path):
     assert len(partial.load()) == 8
     again, calls_again = run(partial)
     assert again == whole and calls_again == 0
+
+
+class _Shifted(FakeRetrievalClient):
+    """Task t<i> retrieves t<i+2>, then t<i+3>... (mod 6): a different task for every query."""
+
+    async def search(self, queries: Sequence[SearchQuery], k: int,
+                     **options) -> list[list[RetrievedTask]]:
+        await super().search(queries, k, **options)
+        shifted = [int(query.exclude_ids[0][1:]) + 2 for query in queries]
+        return [[RetrievedTask(f"t{(i + j) % 6}", "", "toy", 1.0) for j in range(k)]
+                for i in shifted]
+
+
+class _NamedCards:
+    """The extractor names its card after its task ("Skill of mug N"); the solver keeps, per
+    task it plays, the card names it was shown."""
+
+    def __init__(self) -> None:
+        self.shown: dict[str, set[str]] = {}
+
+    def __call__(self, prompt: str) -> str:
+        mug = re.findall(r"put mug (\d+) on the desk", prompt)[-1]
+        if EXTRACTOR_MARKER in prompt:
+            return json.dumps({**SKILLS["compact"].valid, "name": f"Skill of mug {mug}"})
+        cards = self.shown.setdefault(mug, set())
+        cards.update(re.findall(r"Skill: Skill of mug (\d+)", prompt))
+        return "<action>go to shelf 1</action>"
+
+
+@pytest.mark.parametrize("protocol", [EvalProtocol.REFERENCE, EvalProtocol.LIBRARY])
+def test_each_test_task_reads_the_card_of_its_own_retrieved_task(tmp_path, protocol):
+    """Fails when `evaluation._skill_for` extracts from (or looks up in the library) the test
+    task instead of the retrieved one, or when `evaluate_cases` pairs a test task with another
+    task's retrieval (`by_task` built from a rotated `retrieved`)."""
+    cfg = small_config(skill_format="compact", max_steps=1)
+    library = None
+    if protocol is EvalProtocol.LIBRARY:  # every task's cards, named after it
+        train = fake_context(tmp_path, cfg, policy=ScriptedPolicy(TOK, _NamedCards()),
+                             retrieval=_Shifted([]))
+        asyncio.run(run_training_rollout(train, toy_rows(6)))
+        library = train.library
+    cards = _NamedCards()
+    ctx = fake_context(tmp_path, cfg, policy=ScriptedPolicy(TOK, cards), retrieval=_Shifted([]))
+    plan = EvalPlan(protocol=protocol, split="valid_unseen", library=library)
+    records, _ = asyncio.run(evaluate_cases(ctx, toy_rows(4), 1, plan))
+    assert all(r.skill_obtained for r in records)
+    assert {r.task_id: r.retrieved_id for r in records} == {
+        f"t{i}": f"t{i + 2}" for i in range(4)}
+    for i in range(4):
+        assert cards.shown[str(i)] == {str(i + 2)}

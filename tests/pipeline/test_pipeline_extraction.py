@@ -1,6 +1,7 @@
 """Skill extraction with fakes, in both skill formats: the reply prefix is prompt-side and the
 parser sees it; the audit reads the rendered card; the ALFWorld extractor prompts (the reference
-wording, and a schema example in each prompt that parses and validates)."""
+wording, and a schema example in each prompt that parses and validates); the extractor is told
+whether its source episode was won or lost, by every environment, in training and evaluation."""
 
 from __future__ import annotations
 
@@ -10,16 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from evolving_rl.config import load_config
+from evolving_rl.config import load_config, parse_config
 from evolving_rl.core.audit import AuditResult
 from evolving_rl.core.skill import SkillFormat, render_skill_card, validate_skill
 from evolving_rl.domains.alfworld import AlfworldAdapter
-from evolving_rl.domains.base import Turn
+from evolving_rl.domains.base import TaskSpec, Turn
 from evolving_rl.pipeline import extraction as extraction_module
+from evolving_rl.pipeline.context import make_adapter
+from evolving_rl.pipeline.evaluation import EvalPlan, evaluate_cases
 from evolving_rl.pipeline.extraction import extract_skills
+from evolving_rl.pipeline.rollout import run_training_rollout
 from evolving_rl.pipeline.timing import IOClock
-from tests.fakes.context import fake_context, small_config, toy_task
-from tests.fakes.scripted import SKILLS, ScriptedPolicy
+from tests.fakes.context import fake_context, small_config, toy_rows, toy_task
+from tests.fakes.scripted import EXTRACTOR_MARKER, SKILLS, ScriptedPolicy, reply_text
 from tests.fakes.tokenizer import ByteChatTokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +40,10 @@ TURNS = [Turn("You are in a room.", "<reasoning>look first</reasoning><action>lo
               "look", "ok", ("look", "go to desk 1")),
          Turn("You see a mug.", "<action>take mug 1</action>", "take mug 1", "ok",
               ("take mug 1",))]
+# What the extractor prompt of each skill format says of a won and of a lost source episode
+OUTCOME = {"reference": {True: "True Environment Success: True",
+                         False: "True Environment Success: False"},
+           "compact": {True: "Outcome: The agent SUCCEEDED.", False: "Outcome: The agent FAILED."}}
 
 
 def _extract(ctx, n: int = 2):
@@ -154,3 +162,50 @@ def test_a_failed_generation_gives_the_solver_no_skill(tmp_path):
     (failed,) = _extract(ctx, n=1)
     assert failed.generation_failed
     assert failed.solver_text("as_written") is None and failed.solver_text("skip") is None
+
+
+@pytest.mark.parametrize("environment", ["alfworld", "mind2web", "probe"])
+@pytest.mark.parametrize("fmt", sorted(OUTCOME))
+def test_every_environment_tells_the_extractor_won_or_lost(environment, fmt):
+    """Fails when an adapter, `skill_prompt.reference_extractor_prompt` or
+    `skill_prompt.compact_extractor_messages` says the episode succeeded whatever its flag."""
+    adapter = make_adapter(parse_config({"environment": environment}), lenient=True)
+    task = TaskSpec("t0", "put mug 0 on the desk.", "type0", "train")
+    for success in (True, False):
+        messages = adapter.extractor_messages(task, TURNS[:1], success, SkillFormat(fmt))
+        text = "\n".join(message["content"] for message in messages)
+        assert OUTCOME[fmt][success] in text and OUTCOME[fmt][not success] not in text
+
+
+class _Prompts:
+    """The scripted replies, keeping every extractor prompt; the solver wins the toy game in the
+    task "put mug 0" only (its source episode is won, every other one lost)."""
+
+    def __init__(self) -> None:
+        self.extractor: list[str] = []
+
+    def __call__(self, prompt: str) -> str:
+        if EXTRACTOR_MARKER in prompt:
+            self.extractor.append(prompt)
+            return reply_text(prompt)
+        action = "take mug 1 from desk 1" if "put mug 0" in prompt else "go to shelf 1"
+        return f"<action>{action}</action>"
+
+
+@pytest.mark.parametrize("phase", ["training", "evaluation"])
+@pytest.mark.parametrize("fmt", sorted(OUTCOME))
+def test_the_extractor_is_told_a_lost_source_episode_failed(tmp_path, phase, fmt):
+    """t0's source episode is won and t1's lost (in evaluation, each is the other's retrieved
+    task). Fails with `unit.source.success` replaced by True in `rollout._run_source` (training),
+    `source.success` by True in `evaluation._attempt_card` (evaluation), or `success` by True in
+    `extraction.extract_skills` or an adapter's `extractor_messages` (both phases)."""
+    prompts = _Prompts()
+    ctx = fake_context(tmp_path, small_config(skill_format=fmt, max_steps=2),
+                       policy=ScriptedPolicy(TOK, prompts))
+    if phase == "training":
+        asyncio.run(run_training_rollout(ctx, toy_rows(2), rollout_id=1))
+    else:
+        asyncio.run(evaluate_cases(ctx, toy_rows(2), 1, EvalPlan(split="valid_unseen")))
+    for mug, won in ((0, True), (1, False)):
+        (prompt,) = {p for p in prompts.extractor if f"Task: put mug {mug} " in p}
+        assert OUTCOME[fmt][won] in prompt and OUTCOME[fmt][not won] not in prompt

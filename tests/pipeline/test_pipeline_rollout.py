@@ -1,5 +1,6 @@
-"""The four-stage rollout with fakes: groups, advantages, role weights, exclusion, statuses,
-the skill library and the metrics (skill-dependent tests run in both skill formats)."""
+"""The four-stage rollout with fakes: groups, advantages, role weights, the extractor reward as
+the mean of its skill's downstream scores, exclusion, statuses, the skill library and the metrics
+(skill-dependent tests run in both skill formats)."""
 
 from __future__ import annotations
 
@@ -189,3 +190,28 @@ def test_invalid_action_penalty_shapes_the_solver_reward(tmp_path):
     extractor = {s.metadata["skill_index"]: s.reward for s in outcome.samples
                  if s.role is Role.EXTRACTOR}
     assert extractor == {0: 1.0, 1: 0.0}
+
+
+def _wins_in_mug_3(prompt: str) -> str:
+    """Wins with a good skill in the task "put mug 3" only; wanders everywhere else."""
+    won = "Skill: Take the mug" in prompt and "put mug 3 on the desk" in prompt
+    return f"<action>{'take mug 1 from desk 1' if won else 'go to shelf 1'}</action>"
+
+
+def test_the_extractor_reward_is_the_mean_of_its_downstream_scores(tmp_path):
+    """The good skill wins 1 of its 4 downstream episodes (t1..t4, won in t3 only): reward 0.25.
+    Fails with `extractor_reward`'s mean (`core.rewards`) replaced by the max or the sum (1.0),
+    the first score or the last (0.0), or with `assembly` crediting a skill with the downstream
+    scores of the next one (`grid.skill_episodes(extraction.index + 1 mod N)`)."""
+    cfg = small_config(n_skills=2, top_k=4, n_repeats=1, max_steps=1, skill_format="compact")
+    skills = SKILLS["compact"]
+    policy = ScriptedPolicy(TOK, skill_responder([json.dumps(skills.good), json.dumps(skills.bad)],
+                                                 solver=_wins_in_mug_3))
+    ctx = fake_context(tmp_path, cfg, policy=policy)
+    outcome = _rollout(ctx, n_rows=1)
+    extractor = {s.metadata["skill_index"]: s.reward for s in outcome.samples
+                 if s.role is Role.EXTRACTOR}
+    assert extractor == {0: 0.25, 1: 0.0}
+    good = ctx.library.load()[0]
+    assert good.downstream_ids == ["t1", "t2", "t3", "t4"]
+    assert good.downstream_scores == [0.0, 0.0, 1.0, 0.0] and good.reward == 0.25

@@ -30,7 +30,7 @@ def _run_every_module(folder: Path) -> dict:
     return {"outcomes": run.outcomes, "log": run.log}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture  # read back per test (tests/run_wide.py): a failure is reported once
 def overlay_run(tmp_path_factory) -> child_pytest.ChildRun:
     made = run_wide.once(tmp_path_factory, "overlay_checks", _run_every_module)
     return child_pytest.ChildRun(made["outcomes"], made["log"])
