@@ -11,9 +11,9 @@ from evolving_rl.config.schema import RoleSampling
 from evolving_rl.domains.base import TaskSpec
 from evolving_rl.pipeline.context import PipelineContext, TaskCatalog, make_adapter
 from evolving_rl.pipeline.skill_library import SkillLibrary
-from tests.fakes.env import FakeEnvClient, FakeRetrievalClient
 from tests.fakes.scripted import ScriptedPolicy
 from tests.fakes.tokenizer import ByteChatTokenizer
+from tests.fakes.toy_env import FakeEnvClient, FakeRetrievalClient
 
 
 def toy_rows(n: int) -> list[dict[str, Any]]:

@@ -33,9 +33,9 @@ from evolving_rl.pipeline.rollout import run_training_rollout
 from evolving_rl.pipeline.skill_library import SkillLibrary
 from evolving_rl.pipeline.timing import IOClock
 from tests.fakes.context import turn_sampling
-from tests.fakes.env import FakeRetrievalClient
 from tests.fakes.scripted import SKILLS, ScriptedPolicy
 from tests.fakes.tokenizer import ByteChatTokenizer
+from tests.fakes.toy_env import FakeRetrievalClient
 
 TOK = ByteChatTokenizer()
 REF = re.compile(r"^e[1-9]\d{0,6}$")

@@ -14,9 +14,9 @@ from evolving_rl.core.rewards import solver_reward
 from evolving_rl.core.roles import Role
 from evolving_rl.pipeline.rollout import run_training_rollout
 from tests.fakes.context import fake_context, small_config, toy_rows
-from tests.fakes.env import FakeEnvClient, FakeRetrievalClient
 from tests.fakes.scripted import EXTRACTOR_MARKER, ScriptedPolicy
 from tests.fakes.tokenizer import ByteChatTokenizer
+from tests.fakes.toy_env import FakeEnvClient, FakeRetrievalClient
 
 TOK = ByteChatTokenizer()
 ROWS = 3

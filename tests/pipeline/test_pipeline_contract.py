@@ -26,7 +26,6 @@ from evolving_rl.pipeline.context import build_context
 from evolving_rl.pipeline.rollout import run_training_rollout
 from tests.fakes.context import with_turn_tokens
 from tests.fakes.contract import run_contract_rollout, with_pipeline
-from tests.fakes.env import FakeEnvClient
 from tests.fakes.scripted import (
     GOOD_SKILL,
     SKILLS,
@@ -37,6 +36,7 @@ from tests.fakes.scripted import (
 )
 from tests.fakes.sglang_server import FakeSGLang
 from tests.fakes.tokenizer import ByteChatTokenizer
+from tests.fakes.toy_env import FakeEnvClient
 from tests.servers import alfworld_servers
 
 ROLLOUT_TIMEOUT_S = 240

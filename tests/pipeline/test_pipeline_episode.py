@@ -13,9 +13,9 @@ from evolving_rl.domains.alfworld import AlfworldAdapter, read_observation
 from evolving_rl.pipeline.episode import run_episode
 from evolving_rl.pipeline.timing import IOClock
 from tests.fakes.context import fake_context, small_config, toy_task
-from tests.fakes.env import ACTIONS, INTRO, FakeEnvClient
 from tests.fakes.scripted import ScriptedPolicy, token_log_prob
 from tests.fakes.tokenizer import ByteChatTokenizer
+from tests.fakes.toy_env import ACTIONS, INTRO, FakeEnvClient
 
 TOK = ByteChatTokenizer()
 WIN = "<reasoning>got it</reasoning><action>take mug 1 from desk 1</action>"
@@ -57,7 +57,7 @@ def _first_observation():
 
 def _observation_block(ctx, step, turn, trace):
     from evolving_rl.domains.base import Observation
-    from tests.fakes.env import ACTIONS
+    from tests.fakes.toy_env import ACTIONS
 
     text = {"go to shelf 1": "You arrive somewhere."}.get(turn.action, "Nothing happens.")
     return ctx.adapter.render_observation(step, Observation(text, tuple(ACTIONS)))

@@ -17,9 +17,9 @@ from evolving_rl.pipeline.eval_records import CaseStore
 from evolving_rl.pipeline.evaluation import EvalPlan, EvalProtocol, evaluate_cases, run_eval
 from evolving_rl.pipeline.rollout import run_training_rollout
 from tests.fakes.context import fake_context, small_config, toy_rows
-from tests.fakes.env import FakeRetrievalClient
 from tests.fakes.scripted import EXTRACTOR_MARKER, SKILLS, ScriptedPolicy, skill_responder
 from tests.fakes.tokenizer import ByteChatTokenizer
+from tests.fakes.toy_env import FakeRetrievalClient
 
 TOK = ByteChatTokenizer()
 

@@ -40,9 +40,9 @@ from evolving_rl.pipeline.expert import (
 from evolving_rl.pipeline.timing import IOClock
 from tests.fakes.checkpoint import checkpoint_spec
 from tests.fakes.context import fake_context, toy_rows, turn_sampling
-from tests.fakes.env import ACTIONS, FakeEnvClient
 from tests.fakes.scripted import EXTRACTOR_MARKER, SKILLS, ScriptedPolicy, skill_responder
 from tests.fakes.tokenizer import ByteChatTokenizer
+from tests.fakes.toy_env import ACTIONS, FakeEnvClient
 
 TOK = ByteChatTokenizer()
 WIN = ["go to desk 1", "take mug 1 from desk 1"]  # the toy game is won by the second

@@ -18,9 +18,9 @@ from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import SampleStatus
 from evolving_rl.pipeline.rollout import run_training_rollout
 from tests.fakes.context import fake_context, small_config, toy_rows, turn_sampling
-from tests.fakes.env import FakeRetrievalClient
 from tests.fakes.scripted import SKILLS, ScriptedPolicy, skill_responder
 from tests.fakes.tokenizer import ByteChatTokenizer
+from tests.fakes.toy_env import FakeRetrievalClient
 
 TOK = ByteChatTokenizer()
 FORMATS = pytest.mark.parametrize("fmt", sorted(SKILLS))

@@ -1,5 +1,8 @@
 """In-memory fakes of the env and retrieval clients for fast unit tests of the pipeline.
 
+Not named `env`: a spawn child whose path holds tests/fakes (pytest given a file of this folder)
+would import it as the top-level `env` package and die unpickling its job (2026-12-07).
+
 `FakeEnvClient` plays a toy ALFWorld-like game (same JSON as the real router): the task is won
 by sending `goal_action`; `fail_after` makes every call after that many fail with a transport
 error (an env server dying). `FakeRetrievalClient` returns catalog tasks by id order, honouring
