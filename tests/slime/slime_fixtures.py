@@ -188,7 +188,8 @@ def slime_args(config_path) -> Namespace:
         rollout_top_p=0.9,
         rollout_temperature=1.0, eps_clip=0.1, eps_clip_high=0.15, lr=1e-6, adam_beta1=0.9,
         adam_beta2=0.98, weight_decay=0.1, clip_grad=1.0, use_rollout_logprobs=False,
-        rollout_batch_size=2, global_batch_size=2, sglang_router_ip="127.0.0.1",
+        rollout_batch_size=2, global_batch_size=2, seed=0, rollout_seed=0,
+        sglang_router_ip="127.0.0.1",
         sglang_router_port=30000, hf_checkpoint="/models/Qwen2.5-7B-Instruct",
         eval_prompt_data=None, use_wandb=False, use_tensorboard=False)
     for key, value in yaml.safe_load(config_path.read_text()).items():

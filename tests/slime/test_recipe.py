@@ -198,3 +198,16 @@ def test_every_generated_data_step_names_its_seed(name):
     for step in PROFILES[name].data:
         if "--generate" in step.command:
             assert "--seed" in step.command, step.command
+
+
+def test_a_seed_reaches_each_launch_and_its_own_run_folder_not_the_data():
+    """`--seed N`: the run seed of every launch of the comparison (the config's run.seed, hence
+    slime's --seed and --rollout-seed), each in its own folder; the games stay the data step's."""
+    profile = PROFILES["learn"]
+    default, seeded = plan(profile), plan(profile, seed=3)
+    launches = [s for s in seeded if s.name.startswith("launch")]
+    assert [s.env["CONFIG_SET"] for s in launches] == [
+        f"pipeline.method={m} run.seed=3" for m in profile.methods]
+    assert [s.env["RUN_DIR"] for s in launches] == [
+        f"runs/learn_1gpu_{m}_seed3" for m in profile.methods]
+    assert [s for s in seeded if s.name == "data"] == [s for s in default if s.name == "data"]

@@ -116,3 +116,14 @@ def test_the_launch_refuses_a_contradiction_before_anything_starts(tmp_path, scr
                          text=True, timeout=120)
     assert run.returncode == 2 and "loss.lr" in run.stderr, run.stderr
     assert not (tmp_path / "run").exists() and not (tmp_path / "ray_calls").exists()
+
+
+def test_the_run_seed_is_slimes_seed_and_rollout_seed(tmp_path):
+    """slime's defaults (--seed 1234, --rollout-seed 42) would make every seed of a comparison
+    the same run: both come from run.seed."""
+    values = yaml.safe_load((ROOT / "configs/alfworld_1gpu_learn.yaml").read_text())
+    values.setdefault("run", {})["seed"] = 7
+    path = tmp_path / "seeded.yaml"
+    path.write_text(yaml.safe_dump(values))
+    tokens = _module("--config", str(path)).stdout.splitlines()
+    assert (_value(tokens, "--seed"), _value(tokens, "--rollout-seed")) == ("7", "7")

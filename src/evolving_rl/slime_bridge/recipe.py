@@ -1,6 +1,6 @@
 """The one-GPU slime recipe: every step from a fresh clone to a launch, as commands, with checks.
 
-`bash scripts/slime_1gpu.sh --profile NAME [--method M] [--dry-run]` runs, in order, the steps
+`bash scripts/slime_1gpu.sh --profile NAME [--method M] [--seed N] [--dry-run]` runs, in order, the steps
 `plan` lists for a profile (`PROFILES`): the upstream sources (slime at the pin, Megatron-LM
 1dcf0daf with slime's patches), the wheels a GPU image lacks, the model, the data of every split
 the profile names, the retrieval cache, then the launch (and, where the profile has one, the
@@ -76,8 +76,9 @@ class Profile:
     methods: tuple[str, ...] = ()
     evaluation: tuple[str, ...] = ()
 
-    def run_dir(self, method: str | None) -> str:
-        return f"runs/{self.name}_1gpu" + (f"_{method}" if method else "")
+    def run_dir(self, method: str | None, seed: int | None = None) -> str:
+        return (f"runs/{self.name}_1gpu" + (f"_{method}" if method else "")
+                + (f"_seed{seed}" if seed is not None else ""))
 
 
 def _step(name: str, why: str, command: str, *outputs: str, **env: str) -> Step:
@@ -167,32 +168,37 @@ def _model() -> tuple[Step, ...]:
 
 
 def launch_step(profile: Profile, method: str | None, *, slime_dir: str,
-                megatron_dir: str) -> Step:
-    """The profile's train-script launch (one method of a comparison when it has several)."""
+                megatron_dir: str, seed: int | None = None) -> Step:
+    """The profile's train-script launch (one method of a comparison when it has several), with
+    the config's `run.seed` or `seed`: the run's seed, not the data's (the data step's games and
+    tasks stay those of its own `--seed`), in a run folder of its own."""
     env = {**ONE_GPU_ENV, **profile.env, "CONFIG": profile.config,
-           "RUN_DIR": profile.run_dir(method), "SLIME_DIR": slime_dir,
+           "RUN_DIR": profile.run_dir(method, seed), "SLIME_DIR": slime_dir,
            "MEGATRON_DIR": megatron_dir}
-    if method:
-        env["CONFIG_SET"] = f"pipeline.method={method}"
+    overrides = ([f"pipeline.method={method}"] if method else []) + (
+        [f"run.seed={seed}"] if seed is not None else [])
+    if overrides:
+        env["CONFIG_SET"] = " ".join(overrides)
     flags = (*profile.flags, "--no-offload-train", "--no-offload-rollout")
     return Step(f"launch{'-' + method if method else ''}", "slime's train.py through our hooks",
                 ("bash", profile.script, *flags), (), env)
 
 
 def plan(profile: Profile, *, slime_dir: str = "slime",
-         megatron_dir: str = "upstream/Megatron-LM") -> list[Step]:
-    """Every step of the recipe for `profile`, in order."""
+         megatron_dir: str = "upstream/Megatron-LM", seed: int | None = None) -> list[Step]:
+    """Every step of the recipe for `profile`, in order; `seed`: the launches' run seed."""
     cache = _step("cache", "the retrieval cache of the profile's tasks (MiniLM, CPU)",
                   f"bash {Path(profile.script).parent}/build_cache.sh --config {profile.config}",
                   profile.cache)
-    launches = [launch_step(profile, m, slime_dir=slime_dir, megatron_dir=megatron_dir)
-                for m in (profile.methods or (None,))]
+    launches = [launch_step(profile, m, slime_dir=slime_dir, megatron_dir=megatron_dir,
+                            seed=seed) for m in (profile.methods or (None,))]
     steps = [_upstream(slime_dir, megatron_dir), *_model(), *profile.data, cache, *launches]
     if profile.evaluation:  # slime's converter imports slime and Megatron-LM
         path = {"PYTHONPATH": f"{megatron_dir}:{slime_dir}:src"}
         steps.append(Step("eval", "the last checkpoint through slime's converter and SGLang",
                           (*profile.evaluation, "--torch-dist",
-                           f"{profile.run_dir(None)}/checkpoints/latest", "--hf-base", MODEL),
+                           f"{profile.run_dir(None, seed)}/checkpoints/latest", "--hf-base",
+                           MODEL),
                           (), path))
     return steps
 

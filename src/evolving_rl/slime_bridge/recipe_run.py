@@ -176,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/slime_1gpu.sh", description=__doc__)
     parser.add_argument("--profile", choices=sorted(PROFILES), default="alfworld")
     parser.add_argument("--method", help="one method of a comparison profile (default: each)")
+    parser.add_argument("--seed", type=int, help="the launches' run seed (run.seed; default: "
+                        "the config's), each in a run folder of its own (..._seedN)")
     parser.add_argument("--dry-run", action="store_true", help="check and print; run nothing")
     parser.add_argument("--force", action="store_true", help="run done steps again")
     parser.add_argument("--only", help="run this step alone (a name the plan prints)")
@@ -185,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     profile = PROFILES[args.profile]
-    steps = plan(profile, slime_dir=args.slime_dir, megatron_dir=args.megatron_dir)
+    steps = plan(profile, slime_dir=args.slime_dir, megatron_dir=args.megatron_dir,
+                 seed=args.seed)
     if args.method:
         steps = [s for s in steps if not s.name.startswith("launch")
                  or s.name == f"launch-{args.method}"]

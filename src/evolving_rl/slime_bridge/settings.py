@@ -136,6 +136,11 @@ def config_flags(config: Config) -> list[SlimeFlag]:
     return _contract_flags(config) + [
         SlimeFlag("--rollout-batch-size", config.pipeline.source_tasks_per_rollout,
                   "pipeline.source_tasks_per_rollout"),
+        # One seed a run: slime's --seed (Megatron's init, SGLang's random_seed) and
+        # --rollout-seed (the order --rollout-shuffle gives the source tasks), whose defaults
+        # 1234 and 42 would make every "seed" of a comparison the same run.
+        SlimeFlag("--seed", config.run.seed, "run.seed"),
+        SlimeFlag("--rollout-seed", config.run.seed, "run.seed"),
         SlimeFlag("--rollout-temperature", sampling.solver.temperature,
                   "sampling.solver.temperature"),
         SlimeFlag("--rollout-top-p", sampling.solver.top_p, "sampling.solver.top_p"),
