@@ -124,7 +124,7 @@ def test_without_teacher_the_loss_is_todays_bit_for_bit(loss_cfg, local_cfg, bat
         trainer = GRPOTrainer(model, copy.deepcopy(model), dataclasses.replace(
             loss_cfg, distill_coef=coef), local_cfg, pad_id=PAD_ID)
         trainer.model.train()
-        loss = trainer._accumulate(trainer._micro_batches(batch), backward=True)["loss"]
+        loss = trainer._accumulate(trainer.micro_batches(batch), backward=True)["loss"]
         results.append((loss, [p.grad.clone() for p in model.parameters()]))
     assert calls and all(c["teacher_log_probs"] is None and c["distill_coef"] == 0.0
                          for c in calls)

@@ -59,7 +59,7 @@ def test_the_trainer_trains_with_the_beta_it_is_given():
     trainer = GRPOTrainer(model, None, _loss(kl_coef={"solver": 0.0, "extractor": 0.0}),
                           parse_config({}).local, pad_id=0)
     trainer.set_distill_coef(7.0)
-    batch = trainer._micro_batches(_step(1.0, -1.0, -0.9))[0]
+    batch = trainer.micro_batches(_step(1.0, -1.0, -0.9))[0]
     assert torch.equal(batch.distill_coef, torch.tensor([0.0, 7.0]))
     with pytest.raises(ValueError, match=">= 0"):
         trainer.set_distill_coef(-1.0)

@@ -152,7 +152,7 @@ def test_chunked_output_layer_gives_the_same_step(loss_cfg, local_cfg, batch):
         trainer = _trainer(loss_cfg, dataclasses.replace(local_cfg, logit_chunk_tokens=chunk),
                            ref_shift=0.5)
         trainer.optimizer = torch.optim.SGD(trainer.model.parameters(), lr=1.0)
-        assert all(b.n_tokens > chunk for b in trainer._micro_batches(batch))  # several chunks
+        assert all(b.n_tokens > chunk for b in trainer.micro_batches(batch))  # several chunks
         runs.append((trainer.step(batch), _params(trainer.model)))
     (whole, whole_params), (chunked, chunked_params) = runs
     for name in ("loss", "pg", "kl", "entropy", "grad_norm"):

@@ -59,6 +59,7 @@ from evolving_rl.local.distill_calibration import DistillCalibration
 from evolving_rl.local.engine import LocalPolicy
 from evolving_rl.local.metrics import MetricsLog, group_variance
 from evolving_rl.local.model import frozen_copy, load_model, load_tokenizer, resolve_model_path
+from evolving_rl.local.nonfinite import capture_skipped_step
 from evolving_rl.local.plot_style import reward_subtitle
 from evolving_rl.local.plots import plot_run
 from evolving_rl.local.preflight import preflight
@@ -192,6 +193,9 @@ async def _train_step(ctx: PipelineContext, models: Models, log: MetricsLog,
         beta, scale = calibration.measure(outcome.samples)
         models.trainer.set_distill_coef(beta)
     trained = await asyncio.to_thread(models.trainer.step, outcome.samples)
+    if trained.skipped:  # the weights are unchanged: the same batch at the same weights
+        await asyncio.to_thread(capture_skipped_step, models.trainer, outcome.samples,
+                                Path(ctx.cfg.run.output_dir) / "nonfinite" / f"step_{step:05d}")
     models.policy.weights_changed()
     record = {**outcome.metrics, **scale, **group_variance(outcome.metrics), **generation,
               **{f"train/{k}": v for k, v in trained.as_dict().items() if k != "step"}}

@@ -27,6 +27,9 @@ its inputs and reduces it.
   `evolving_rl.local.master_weights` says why); with `local.optimizer_device: cpu` those copies
   and AdamW's state live in CPU memory and a fused CPU AdamW steps them (`OffloadedMasters`).
 - Samples that are not trainable (status) or have no loss-mask token are skipped.
+- A step whose gradient norm is not finite is skipped (the weights stay as they were) and
+  counted (`StepMetrics.skipped`); the main job then saves its evidence
+  (`evolving_rl.local.nonfinite`).
 - Under `pipeline.skill_use: teacher` a student sample's tokens carry its teacher log-probs and
   `loss.distill_coef` (on-policy distillation folded into the advantages, docs/design.md §4.6);
   a rollout without any teacher takes exactly the code path it takes without the switch.
@@ -304,7 +307,9 @@ class GRPOTrainer:
         if local.release_freed_memory and not release_freed_memory():
             logger.warning("no glibc mallopt: freed activation memory may stay resident")
 
-    def _micro_batches(self, samples: Sequence[TrainSample]) -> list[TokenBatch]:
+    def micro_batches(self, samples: Sequence[TrainSample]) -> list[TokenBatch]:
+        """The trainable samples, sorted by length, in micro-batches of
+        `local.micro_batch_size`: what `step` accumulates over."""
         usable = sorted((s for s in samples if is_trainable(s)),
                         key=lambda s: len(s.prompt_ids) + len(s.response_ids))
         size = self.local_cfg.micro_batch_size
@@ -360,12 +365,12 @@ class GRPOTrainer:
     def evaluate_loss(self, samples: Sequence[TrainSample]) -> dict[str, float]:
         """The objective on `samples` at the current weights, without a gradient or a step."""
         self.model.eval()
-        return self._accumulate(self._micro_batches(samples), backward=False)
+        return self._accumulate(self.micro_batches(samples), backward=False)
 
     def step(self, samples: Sequence[TrainSample]) -> StepMetrics:
         """One optimiser step on the token-level mean objective of `samples`."""
         started = time.perf_counter()
-        batches = self._micro_batches(samples)
+        batches = self.micro_batches(samples)
         self.step_count += 1
         metrics = StepMetrics(step=self.step_count,
                               n_samples=sum(len(b.input_ids) for b in batches),
