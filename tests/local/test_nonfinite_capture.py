@@ -80,3 +80,41 @@ def test_the_saved_micro_batch_replays_to_the_same_non_finite_gradient(loss_cfg,
         loss.loss.sum().backward()
         norms = torch.stack([p.grad.norm() for p in replica.parameters() if p.grad is not None])
         assert bool(torch.isfinite(norms).all()) is finite, dtype
+
+
+def test_the_main_job_leaves_a_skipped_steps_evidence_in_its_run_folder(tmp_path, monkeypatch):
+    """The job's wiring (`local.job._train_step`), on the learning canary's profile for one
+    step: a step made non-finite by a NaN gradient hook (removed before the capture replays it)
+    is recorded as skipped and leaves `nonfinite/step_00001/` with the step's micro-batches; the
+    replay, without the hook, finds no non-finite micro-batch and says so."""
+    from test_determinism import _config, _env_server_only
+
+    from evolving_rl.local import job
+
+    monkeypatch.setattr(job, "servers", _env_server_only)
+    monkeypatch.setattr(job, "build_retrieval_cache", lambda cfg, prepared: None)
+    step = GRPOTrainer.step
+
+    def poisoned(self, samples):
+        hook = next(self.model.parameters()).register_hook(lambda grad: grad * float("nan"))
+        try:
+            return step(self, samples)
+        finally:
+            hook.remove()
+
+    monkeypatch.setattr(GRPOTrainer, "step", poisoned)
+    threads = torch.get_num_threads()
+    try:
+        cfg = _config(tmp_path, "run")
+        run_dir = job.run_job(dataclasses.replace(
+            cfg, local=dataclasses.replace(cfg.local, train_steps=1, n_eval_games=2))).run_dir
+    finally:
+        torch.set_num_threads(threads)
+    [train] = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+               if json.loads(line)["kind"] == "train"]
+    assert train["train/skipped"] is True
+    folder = run_dir / "nonfinite" / "step_00001"
+    found = json.loads((folder / "findings.json").read_text())
+    assert found["step"] == 1 and found["nonfinite_micro_batches"] == []
+    saved = torch.load(folder / "batches.pt")
+    assert sum(int(b["targets"].numel()) for b in saved) == train["train/n_tokens"]
