@@ -194,8 +194,12 @@ async def _train_step(ctx: PipelineContext, models: Models, log: MetricsLog,
         models.trainer.set_distill_coef(beta)
     trained = await asyncio.to_thread(models.trainer.step, outcome.samples)
     if trained.skipped:  # the weights are unchanged: the same batch at the same weights
-        await asyncio.to_thread(capture_skipped_step, models.trainer, outcome.samples,
-                                Path(ctx.cfg.run.output_dir) / "nonfinite" / f"step_{step:05d}")
+        folder = Path(ctx.cfg.run.output_dir) / "nonfinite" / f"step_{step:05d}"
+        try:
+            await asyncio.to_thread(capture_skipped_step, models.trainer, outcome.samples, folder)
+        except RuntimeError as error:  # out of memory: the run goes on (a failed write ends it)
+            logger.warning("step %d: the skipped update's evidence was not saved in %s: %s",
+                           step, folder, error)
     models.policy.weights_changed()
     record = {**outcome.metrics, **scale, **group_variance(outcome.metrics), **generation,
               **{f"train/{k}": v for k, v in trained.as_dict().items() if k != "step"}}
