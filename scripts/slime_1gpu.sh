@@ -7,8 +7,8 @@
 # last checkpoint. Done steps are skipped: run it again after fixing a failed step.
 #
 # Usage: scripts/slime_1gpu.sh [--profile alfworld|learn|web|probe_stated|probe_hidden] [--method M]
-#                              [--seed N] [--dry-run] [--only STEP] [--force] [--slime-dir D]
-#                              [--megatron-dir D]
+#                              [--seed N] [--model-size 0.5b|1.5b] [--dry-run] [--only STEP]
+#                              [--force] [--slime-dir D] [--megatron-dir D]
 #   --dry-run   run nothing: print each step and its command, the prerequisites this machine
 #               has, and check each launch's full argument list with slime's own parser and
 #               validators (works on the CPU: slime, Megatron-LM and SGLang importable; on this
@@ -18,6 +18,8 @@
 #   --seed N    the launches' run seed (the config's run.seed: slime's --seed and --rollout-seed,
 #               hence the source tasks' order), in runs/<profile>_1gpu[_<method>]_seedN; the data
 #               step's games stay those of its own --seed
+#   --model-size S  the Qwen2.5-Coder-Instruct trained (default 0.5b; 1.5b: its own model steps
+#               and runs/<profile>_1gpu_1.5b_...; recipe.py MODELS has each model's slime flags)
 # The wheels a GPU image lacks are installed before (README, "Training with slime"). PYTHON
 # [.venv/bin/python when present, else python3] runs the recipe and the launchers. A step's
 # launcher installs into .venv (scripts/setup_env.sh, the extras it needs) only when PYTHON is

@@ -5,6 +5,7 @@ the pin, from ../shared/upstream), and scripts/upstream_sources.sh against local
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -104,19 +105,21 @@ def test_the_validator_prints_a_verdict_per_list_and_exits_with_the_worst(tmp_pa
 
 
 @pytest.mark.end_to_end
-@pytest.mark.parametrize("name", sorted(PROFILES))
-def test_the_dry_run_passes_on_this_cpu_machine(name):
+@pytest.mark.parametrize(("name", "size"), [*((name, "0.5b") for name in sorted(PROFILES)),
+                                            ("learn", "1.5b")])
+def test_the_dry_run_passes_on_this_cpu_machine(name, size):
     """A fresh-clone state (no model, data or cache needed): the plan is printed, and every
-    launch's full argument list is accepted by slime's parser and its three validators."""
+    launch's full argument list is accepted by slime's parser and its three validators (at
+    1.5B too: slime's HF check refuses its model-args script's rotary base without ours)."""
     env = {**os.environ, "PYTHON": sys.executable}
     env.pop("SLIME_DIR", None)
     run = subprocess.run(
-        ["bash", "scripts/slime_1gpu.sh", "--profile", name, "--dry-run",
+        ["bash", "scripts/slime_1gpu.sh", "--profile", name, "--model-size", size, "--dry-run",
          "--slime-dir", str(upstream.slime_dir()), "--megatron-dir", str(upstream.megatron_dir())],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     steps = plan(PROFILES[name], slime_dir=str(upstream.slime_dir()),
-                 megatron_dir=str(upstream.megatron_dir()))
+                 megatron_dir=str(upstream.megatron_dir()), model=recipe.MODELS[size])
     for step in steps:
         assert step.shell() in run.stdout
     launches = [s.name for s in steps if s.name.startswith("launch")]
@@ -211,3 +214,25 @@ def test_a_seed_reaches_each_launch_and_its_own_run_folder_not_the_data():
     assert [s.env["RUN_DIR"] for s in launches] == [
         f"runs/learn_1gpu_{m}_seed3" for m in profile.methods]
     assert [s for s in seeded if s.name == "data"] == [s for s in default if s.name == "data"]
+
+
+def test_a_model_size_changes_the_model_steps_launch_and_run_folder_only():
+    """`--model-size 1.5b`: the 1.5B's GGUF and HF folder, slime's 1.5B model-args script with
+    the Coder 1.5B's rotary base (its script has the base model's 10000, which slime's HF check
+    refuses: rope_theta 1e6), and a run folder of its own; the data and cache steps unchanged."""
+    profile, model = PROFILES["learn"], recipe.MODELS["1.5b"]
+    default, sized = plan(profile), plan(profile, model=model)
+    steps = {s.name: s for s in sized}
+    assert steps["model"].command[-2:] == ("--size", "1.5b")
+    assert steps["model"].outputs == ("models/Qwen2.5-Coder-1.5B-Instruct.gguf",)
+    assert steps["hf-model"].command[-1] == "qwen2.5-coder-1.5b"
+    for launch in (s for s in sized if s.name.startswith("launch")):
+        assert launch.env["MODEL_DIR"] == launch.env["REF_DIR"] == model.folder
+        assert launch.env["MODEL_ARGS_NAME"] == "qwen2.5-1.5B"
+        at = launch.command.index("--rotary-base")
+        assert launch.command[at + 1] == "1000000"
+        assert launch.env["RUN_DIR"].startswith("runs/learn_1gpu_1.5b_")
+    assert [s for s in sized if s.name in ("data", "cache")] == [
+        s for s in default if s.name in ("data", "cache")]
+    config = json.loads((ROOT / model.config).read_text())
+    assert (config["rope_theta"], config["num_hidden_layers"]) == (1e6, 28)

