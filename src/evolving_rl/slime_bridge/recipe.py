@@ -3,8 +3,9 @@
 `bash scripts/slime_1gpu.sh --profile NAME [--method M] [--seed N] [--model-size S] [--dry-run]`
 runs, in order, the steps `plan` lists for a profile (`PROFILES`; `MODELS` the models): the
 upstream sources (slime at the pin, Megatron-LM 1dcf0daf with slime's patches), the wheels a GPU
-image lacks, the model, the data of every split the profile names, the retrieval cache, then the launch (and, where the profile has one, the
-evaluation of its last checkpoint). A step whose outputs exist is skipped, so a rerun resumes.
+image lacks, the model, the data of every split the profile names, the retrieval cache, then the
+launch (and, where the profile has one, the evaluation of its last checkpoint). A step whose
+outputs exist is skipped, so a rerun resumes.
 
 The model is not converted to torch_dist: slime at the pin loads an HF folder given as
 `--ref-load` (slime/utils/arguments.py:1817-1834 sets `--load` to it when no Megatron checkpoint
