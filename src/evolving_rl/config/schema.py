@@ -96,6 +96,11 @@ class PipelineConfig:
     solver_grouping: Literal["task", "step_index"] = "task"
     max_concurrent_episodes: int = bounded(64, ge=1)
     max_concurrent_extractions: int = bounded(32, ge=1)
+    # Source tasks of a rollout whose four stages run at once (0: all of them). The episode and
+    # extraction limits alone let one source's extractions race another's episodes for the
+    # policy, so which request draws which random number depends on timing; 1 (with one episode
+    # and one extraction at a time) runs every request in batch order: runs repeat exactly.
+    max_concurrent_sources: int = bounded(0, ge=0)
     # Env resets in flight at once (0: as many as episodes). A reset's timeout
     # (clients.env_timeout_s) counts its wait in the env server's queue, and a first reset of a
     # game is the env's slowest call: 128 episodes resetting at once on one H200 host timed out
@@ -106,6 +111,15 @@ class PipelineConfig:
     # scaffolding for small models. The parser sees prefix + sampled text.
     solver_reply_prefix: str = ""
     extractor_reply_prefix: str = ""
+    # Whether the extractor's prefix is shown to the model (true: prompt side, as above) or only
+    # put before the sampled text for the parser (false: the reply starts right after the
+    # prompt's last character, so a tiny model can write a field's content without reading back
+    # across the prefix: the skill canary, configs/probe_skill_canary_cpu.yaml).
+    extractor_prefix_in_prompt: bool = True
+    # Text the pipeline appends after the extractor's sampled text before parsing, e.g. '"]}'
+    # to close the JSON a prefix opened, so that a tiny model writes only a field's content.
+    # Parser side only: never tokenised or trained (the sampled tokens are all that trains).
+    extractor_reply_suffix: str = ""
     # The skill the extractor writes (`core.skill.SkillFormat`): the paper's schema and card,
     # or five fields for small models.
     skill_format: Literal["reference", "compact"] = "reference"
