@@ -114,7 +114,8 @@ class PipelineConfig:
     # Whether the extractor's prefix is shown to the model (true: prompt side, as above) or only
     # put before the sampled text for the parser (false: the reply starts right after the
     # prompt's last character, so a tiny model can write a field's content without reading back
-    # across the prefix: the skill canary, configs/probe_skill_canary_cpu.yaml).
+    # across the prefix; tried for the skill canary:
+    # docs/results/2026-12-07-skill-canary-attempts.md).
     extractor_prefix_in_prompt: bool = True
     # Text the pipeline appends after the extractor's sampled text before parsing, e.g. '"]}'
     # to close the JSON a prefix opened, so that a tiny model writes only a field's content.
@@ -368,6 +369,11 @@ class ProbeConfig(EpisodeServerSettings):
     # The evaluation protocol `written_skill` gives each task the hand-written card of its family:
     # "correct" states the family's answer, "wrong" states another (does the solver follow it).
     written_card: Literal["correct", "wrong"] = "correct"
+    # Where the prompts put what a tiny model must read (`domains/probe.py`): "standard" (every
+    # other profile); "canary" (the skill-path canary, configs/probe_skill_canary_cpu.yaml): the
+    # solver's prompt ends with the card (after the observation), and the extractor's prompt is
+    # only the episode's reply, its outcome and the revealed answer, which ends it.
+    prompt_layout: Literal["standard", "canary"] = "standard"
     # Every answer and every task text is a function of this seed and the task id.
     seed: int = 0
 

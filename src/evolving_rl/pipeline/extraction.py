@@ -46,6 +46,7 @@ class Extraction:
     card: str | None = None  # the rendered skill, when it parsed
     audit: AuditResult | None = None
     error: str | None = None
+    told_success: bool | None = None  # the success flag its prompt stated
 
     @property
     def generation_failed(self) -> bool:
@@ -119,8 +120,11 @@ async def extract_skills(ctx: PipelineContext, clock: IOClock, task: TaskSpec,
     if prefix and ctx.cfg.pipeline.extractor_prefix_in_prompt:
         # prompt side: the extractor sample trains only on what was sampled after it
         prompt_ids = prompt_ids + ctx.tokenizer.encode_text(prefix)
-    return list(await asyncio.gather(
+    extractions = list(await asyncio.gather(
         *(_extract_one(ctx, clock, n, prompt_ids, sampling) for n in range(n_skills))))
+    for extraction in extractions:
+        extraction.told_success = success
+    return extractions
 
 
 async def greedy_card(ctx: PipelineContext, clock: IOClock, task: TaskSpec, turns: list[Turn],
