@@ -25,7 +25,8 @@ random numbers in the same order whatever the timing: a rerun wrote the same met
 value but the clock's and the evaluation's engine admission counts (11,202 values, 150 steps).
 Too slow for the default run on this machine, hence `slow`: 607 s in the measured run and 1,162
 to 1,543 s in the mutated ones (load 4-7 from other jobs; training 374 s of the 607), against
-the issue's 3 minutes; not measured on a quiet machine. Run it with `pytest -m slow tests/local/test_probe_skill_canary.py`.
+the issue's 3 minutes; not measured on a quiet machine. Run it with
+`pytest -m slow tests/local/test_probe_skill_canary.py`.
 
 Each check below was seen to fail on a one-line mutation of the real code (2026-12-07: the
 mutation made, the profile run, the mutation reverted):
