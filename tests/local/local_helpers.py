@@ -1,6 +1,6 @@
 """Helpers of the local-backend tests: tiny random Llama / Qwen2, a character tokenizer, samples,
-and `local_policy` (a `LocalPolicy` whose engine settings are the config's `local:` defaults but
-those a test names).
+`local_policy` (a `LocalPolicy` whose engine settings are the config's `local:` defaults but
+those a test names) and `run_main_job` (the canaries' run of `python -m evolving_rl.local`).
 
 Most tests use a randomly initialised 2-layer Llama (vocabulary of 64) so that they run in
 seconds on a busy 2-core machine; only a few load the real SmolLM2.
@@ -9,6 +9,10 @@ seconds on a busy 2-core machine; only a few load the real SmolLM2.
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,6 +20,7 @@ import torch
 from evolving_rl.config.schema import LocalConfig
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import TrainSample
+from env.launch import free_port
 from evolving_rl.local.engine import LocalPolicy
 
 VOCAB = 64
@@ -38,6 +43,23 @@ class CharTokenizer:
 
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
         return "".join("" if i in (PAD_ID, EOS_ID) else chr(ord("!") + i) for i in ids)
+
+
+def run_main_job(profile: Path, tmp_path: Path, timeout_s: int = 600) -> list[dict]:
+    """The records of `metrics.jsonl` of the main job on `profile`, its servers on free ports and
+    every file it writes under `tmp_path`; fails the test on a non-zero exit."""
+    port = free_port()
+    overrides = {"probe.port": port, "retrieval.port": free_port(exclude=[port]),
+                 "probe.prepared_dir": tmp_path / "prepared", "probe.log_dir": tmp_path / "logs",
+                 "retrieval.cache_path": tmp_path / "cache.npz",
+                 "retrieval.log_dir": tmp_path / "logs", "local.models_dir": tmp_path / "models",
+                 "run.output_dir": tmp_path / "run"}
+    sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={value}")]
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-m", "evolving_rl.local", "--config", str(profile),
+                           *sets], cwd=root, capture_output=True, text=True, timeout=timeout_s)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
 
 
 def tiny_llama(seed: int = 0, vocab: int = VOCAB) -> torch.nn.Module:

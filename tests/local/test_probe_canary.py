@@ -41,14 +41,11 @@ What it does not cover, and the tests that do:
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from env.launch import free_port
+from tests.local.local_helpers import run_main_job
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = ROOT / "configs" / "probe_stated_cpu.yaml"
@@ -56,17 +53,7 @@ PROFILE = ROOT / "configs" / "probe_stated_cpu.yaml"
 
 @pytest.mark.timeout(600)
 def test_grpo_learns_the_stated_probe_through_the_main_job(tmp_path):
-    port = free_port()
-    overrides = {"probe.port": port, "retrieval.port": free_port(exclude=[port]),
-                 "probe.prepared_dir": tmp_path / "prepared", "probe.log_dir": tmp_path / "logs",
-                 "retrieval.cache_path": tmp_path / "cache.npz",
-                 "retrieval.log_dir": tmp_path / "logs", "local.models_dir": tmp_path / "models",
-                 "run.output_dir": tmp_path / "run"}
-    sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={value}")]
-    proc = subprocess.run([sys.executable, "-m", "evolving_rl.local", "--config", str(PROFILE),
-                           *sets], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    records = run_main_job(PROFILE, tmp_path)
     evals = [r for r in records if r["kind"] == "eval"]
     steps = [r for r in records if r["kind"] == "train"]
     assert [r["split"] for r in evals] == ["valid", "valid"], "evaluated off the held-out split"

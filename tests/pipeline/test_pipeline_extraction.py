@@ -67,6 +67,25 @@ def test_extractor_reply_prefix_is_prompt_side_and_parsed(tmp_path, fmt):
         assert extraction.text == PREFIX + tail
 
 
+@pytest.mark.parametrize("in_prompt", [True, False])
+def test_extractor_reply_suffix_is_parser_side(tmp_path, in_prompt):
+    """The skill canary's scaffold: the model writes one step's text; the prefix opens the JSON
+    (shown to the model or not, `extractor_prefix_in_prompt`) and the suffix closes it for the
+    parser only. The sampled ids stay the whole response."""
+    prefix, suffix = '{"steps": ["', '"], "name": "answer", "applicable_when": "same family"}'
+    ctx = fake_context(tmp_path, small_config(
+        extractor_reply_prefix=prefix, extractor_prefix_in_prompt=in_prompt,
+        extractor_reply_suffix=suffix, skill_format="compact"),
+        policy=ScriptedPolicy(TOK, lambda _: "2"))
+    (extraction,) = _extract(ctx, 1)
+    assert extraction.text == f"{prefix}2{suffix}"
+    assert extraction.usable and extraction.parse.skill.steps == ("2",)
+    assert extraction.card.endswith("1. 2")
+    assert list(extraction.generation.token_ids) == [*TOK.encode("2"), TOK.eos_token_id]
+    shown = extraction.prompt_ids[-len(TOK.encode(prefix)):] == TOK.encode(prefix)
+    assert shown == in_prompt
+
+
 @pytest.mark.parametrize("fmt", sorted(SKILLS))
 def test_the_audit_reads_the_rendered_card(tmp_path, fmt, monkeypatch):
     seen: list[str] = []

@@ -96,6 +96,11 @@ class PipelineConfig:
     solver_grouping: Literal["task", "step_index"] = "task"
     max_concurrent_episodes: int = bounded(64, ge=1)
     max_concurrent_extractions: int = bounded(32, ge=1)
+    # Source tasks of a rollout whose four stages run at once (0: all of them). The episode and
+    # extraction limits alone let one source's extractions race another's episodes for the
+    # policy, so which request draws which random number depends on timing; 1 (with one episode
+    # and one extraction at a time) runs every request in batch order: runs repeat exactly.
+    max_concurrent_sources: int = bounded(0, ge=0)
     # Env resets in flight at once (0: as many as episodes). A reset's timeout
     # (clients.env_timeout_s) counts its wait in the env server's queue, and a first reset of a
     # game is the env's slowest call: 128 episodes resetting at once on one H200 host timed out
@@ -106,6 +111,16 @@ class PipelineConfig:
     # scaffolding for small models. The parser sees prefix + sampled text.
     solver_reply_prefix: str = ""
     extractor_reply_prefix: str = ""
+    # Whether the extractor's prefix is shown to the model (true: prompt side, as above) or only
+    # put before the sampled text for the parser (false: the reply starts right after the
+    # prompt's last character, so a tiny model can write a field's content without reading back
+    # across the prefix; tried for the skill canary:
+    # docs/results/2026-12-07-skill-canary-attempts.md).
+    extractor_prefix_in_prompt: bool = True
+    # Text the pipeline appends after the extractor's sampled text before parsing, e.g. '"]}'
+    # to close the JSON a prefix opened, so that a tiny model writes only a field's content.
+    # Parser side only: never tokenised or trained (the sampled tokens are all that trains).
+    extractor_reply_suffix: str = ""
     # The skill the extractor writes (`core.skill.SkillFormat`): the paper's schema and card,
     # or five fields for small models.
     skill_format: Literal["reference", "compact"] = "reference"
@@ -354,6 +369,11 @@ class ProbeConfig(EpisodeServerSettings):
     # The evaluation protocol `written_skill` gives each task the hand-written card of its family:
     # "correct" states the family's answer, "wrong" states another (does the solver follow it).
     written_card: Literal["correct", "wrong"] = "correct"
+    # Where the prompts put what a tiny model must read (`domains/probe.py`): "standard" (every
+    # other profile); "canary" (the skill-path canary, configs/probe_skill_canary_cpu.yaml): the
+    # solver's prompt ends with the card (after the observation), and the extractor's prompt is
+    # only the episode's reply, its outcome and the revealed answer, which ends it.
+    prompt_layout: Literal["standard", "canary"] = "standard"
     # Every answer and every task text is a function of this seed and the task id.
     seed: int = 0
 

@@ -15,6 +15,10 @@ scored 1.0 when it won.
   other reply is sent as written (the server counts it a wrong answer) and counted by status.
 - Extractor prompt: the task, the observation, the reply and the feedback, in either skill
   format (the compact one, or the reference prompt of `skill_prompt`).
+- `probe.prompt_layout: canary` (the skill-path canary's profile): the solver's prompt ends with
+  the card, after the observation, and the extractor's prompt is only the episode's reply, its
+  outcome and the revealed answer, which ends it: what a random character model must read is
+  then the last character it sees.
 - Hand-written cards (`WrittenSkills`, evaluation protocol `written_skill`), hidden kind: one
   per family, a compact skill card that states the family's answer (`probe.written_card:
   correct`) or another one (`wrong`), from the task generator (`probe_tasks`); the stated kind
@@ -112,6 +116,12 @@ class ProbeAdapter:
     def solver_messages(self, task: TaskSpec, first: Observation,
                         skill_card: str | None) -> list[Message]:
         user = f"{TASK_PREFIX} {task.question}\n\n"
+        if self.cfg.prompt_layout != "standard":
+            user += self.render_observation(0, first)
+            if skill_card:
+                user += f"\n\n{SKILL_INTRO}\n{skill_card}"
+            return [{"role": "system", "content": SOLVER_SYSTEM},
+                    {"role": "user", "content": user}]
         if skill_card:
             user += f"{SKILL_INTRO}\n{skill_card}\n\n"
         user += self.render_observation(0, first)
@@ -127,6 +137,11 @@ class ProbeAdapter:
 
     def extractor_messages(self, task: TaskSpec, turns: Sequence[Turn], success: bool,
                            skill_format: SkillFormat) -> list[Message]:
+        if self.cfg.prompt_layout == "canary":
+            outcome = "success" if success else "failure"
+            shown = "".join(f"Action: {turn.action}\nOutcome: {outcome}\n"
+                            f"Answer: {turn.info.get('answer')}" for turn in turns)
+            return [{"role": "user", "content": shown}]
         trajectory = "\n".join(
             f"Observation: {turn.observation.strip()}\nAction: {turn.action}\n"
             f"Feedback: {turn.info.get('feedback', '(none)')}" for turn in turns)

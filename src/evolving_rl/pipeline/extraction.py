@@ -9,6 +9,8 @@ Markdown card, and the card text (what the solver will read, as in the reference
 `core.audit`. A failed generation
 becomes a status, never an exception. `Extraction.solver_text` is what the solver then reads,
 for usable skills and (`pipeline.unusable_skills: as_written`, the reference) unusable ones.
+The text parsed is `pipeline.extractor_reply_prefix` (prompt side) + the sampled text +
+`pipeline.extractor_reply_suffix` (parser side only): the sampled tokens are all that trains.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class Extraction:
     card: str | None = None  # the rendered skill, when it parsed
     audit: AuditResult | None = None
     error: str | None = None
+    told_success: bool | None = None  # the success flag its prompt stated
 
     @property
     def generation_failed(self) -> bool:
@@ -100,7 +103,9 @@ async def _extract_one(ctx: PipelineContext, clock: IOClock, index: int, prompt_
         return Extraction(index, prompt_ids, SampleStatus.EMPTY, skill_format, generation)
     status = (SampleStatus.TRUNCATED if generation.finish_reason is FinishReason.LENGTH
               else SampleStatus.COMPLETED)
-    text = ctx.cfg.pipeline.extractor_reply_prefix + ctx.tokenizer.decode(generation.token_ids)
+    pipeline = ctx.cfg.pipeline
+    text = (pipeline.extractor_reply_prefix + ctx.tokenizer.decode(generation.token_ids)
+            + pipeline.extractor_reply_suffix)
     return _read(ctx, Extraction(index, prompt_ids, status, skill_format, generation, text))
 
 
@@ -112,10 +117,14 @@ async def extract_skills(ctx: PipelineContext, clock: IOClock, task: TaskSpec,
                                               SkillFormat(ctx.cfg.pipeline.skill_format))
     prompt_ids = ctx.tokenizer.encode_prompt(messages)
     prefix = ctx.cfg.pipeline.extractor_reply_prefix
-    if prefix:  # prompt side: the extractor sample trains only on what was sampled after it
+    if prefix and ctx.cfg.pipeline.extractor_prefix_in_prompt:
+        # prompt side: the extractor sample trains only on what was sampled after it
         prompt_ids = prompt_ids + ctx.tokenizer.encode_text(prefix)
-    return list(await asyncio.gather(
+    extractions = list(await asyncio.gather(
         *(_extract_one(ctx, clock, n, prompt_ids, sampling) for n in range(n_skills))))
+    for extraction in extractions:
+        extraction.told_success = success
+    return extractions
 
 
 async def greedy_card(ctx: PipelineContext, clock: IOClock, task: TaskSpec, turns: list[Turn],

@@ -85,6 +85,9 @@ def _extractor_metrics(assembled: Assembled) -> dict[str, float]:
         float(e.status is SampleStatus.TRUNCATED) for _, e, _ in rewards)
     out["extractor/audit_failures"] = float(
         sum(1 for _, e, _ in rewards if e.audit is not None and not e.audit.ok))
+    # extractions told another outcome than their source episode's (0 unless the stage is broken)
+    out["extractor/told_wrong_outcome"] = float(
+        sum(1 for u, e, _ in rewards if e.told_success != u.source.success))
     for key, counts in (("reward_status", Counter(str(r.status) for _, _, r in rewards)),
                         ("status", Counter(e.status.value for _, e, _ in rewards)),
                         ("parse", Counter(str(e.parse.kind) for _, e, _ in rewards if e.parse)),

@@ -6,7 +6,9 @@ Owns `RolloutOutcome` and `run_training_rollout`, the entry point the slime hook
 backend call; what each source task produced is a `units.SourceUnit`. Retrieval for the whole
 batch is one request, sent at the start so that it overlaps the source episodes; the source task
 itself is excluded unless `pipeline.include_source_in_retrieval`. Episodes run under the
-context's episode semaphore and extractions under its extraction semaphore. Rewards, GRPO
+context's episode semaphore and extractions under its extraction semaphore; at most
+`pipeline.max_concurrent_sources` source tasks run their stages at once (one: every policy request
+in batch order, so no random draw depends on timing). Rewards, GRPO
 advantages and role weights are computed by the core (see `assembly`); metrics in `metrics`.
 Under `pipeline.method: grpo_baseline` the same entry point runs the plain GRPO solver baseline
 instead (`baseline`: no retrieval, no extraction, nothing added to the skill library). Under
@@ -98,10 +100,15 @@ async def _counted(bar: tqdm, work: Awaitable[SourceUnit]) -> SourceUnit:
 async def _evolving(ctx: PipelineContext, clock: IOClock, grid: Grid, tasks: list[TaskSpec],
                     tag: str, started: float, bar: tqdm) -> tuple[Assembled, dict[str, float]]:
     retrieval = asyncio.ensure_future(retrieve(ctx, clock, tasks, grid.top_k))
+    gate = asyncio.Semaphore(ctx.cfg.pipeline.max_concurrent_sources or max(1, len(tasks)))
+
+    async def gated(i: int, task: TaskSpec) -> SourceUnit:
+        async with gate:  # FIFO: under a limit of 1 the sources run in batch order
+            return await _run_source(ctx, clock, grid, i, task, retrieval)
+
     try:
         units = list(await asyncio.gather(
-            *(_counted(bar, _run_source(ctx, clock, grid, i, task, retrieval))
-              for i, task in enumerate(tasks))))
+            *(_counted(bar, gated(i, task)) for i, task in enumerate(tasks))))
         retrieved = await retrieval
     finally:
         retrieval.cancel()
