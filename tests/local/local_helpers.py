@@ -17,10 +17,10 @@ from typing import Any
 
 import torch
 
+from env.launch import free_port
 from evolving_rl.config.schema import LocalConfig
 from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import TrainSample
-from env.launch import free_port
 from evolving_rl.local.engine import LocalPolicy
 
 VOCAB = 64
