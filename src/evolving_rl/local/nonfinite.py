@@ -33,15 +33,14 @@ import json
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from evolving_rl.core.samples import TrainSample
-from evolving_rl.local.trainer import ROLES, GRPOTrainer, TokenBatch, token_log_probs
-from evolving_rl.losses import TokenLoss, per_token_policy_loss
+from evolving_rl.local.trainer import ROLES, GRPOTrainer, TokenBatch
+from evolving_rl.losses import TokenLoss
 
 logger = logging.getLogger(__name__)
 BAD_TOKENS_SHOWN = 10
@@ -51,31 +50,16 @@ def _nonfinite(tensor: torch.Tensor | None) -> int:
     return 0 if tensor is None else int((~torch.isfinite(tensor.detach())).sum())
 
 
+def _on_cpu(value: Any) -> Any:
+    return value.detach().cpu() if isinstance(value, torch.Tensor) else value
+
+
 def _grad_norm(params: Sequence[torch.nn.Parameter]) -> float:
     """The L2 norm of the parameters' gradients (inf or NaN when one is), then cleared."""
     norms = [p.grad.detach().float().norm() for p in params if p.grad is not None]
     for p in params:
         p.grad = None
     return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
-
-
-def _terms(trainer: GRPOTrainer, batch: TokenBatch) -> tuple[torch.Tensor, TokenLoss]:
-    """The micro-batch's new log-probs and per-token loss terms, with gradients."""
-    ref = None
-    if trainer.uses_kl:
-        with torch.no_grad():
-            ref, _ = token_log_probs(trainer.ref_model, batch)
-    log_probs, entropy = token_log_probs(trainer.model, batch, with_entropy=True)
-    if not trainer.uses_entropy:
-        entropy = entropy.detach()
-    cfg = trainer.loss_cfg
-    terms = per_token_policy_loss(
-        log_probs=log_probs, old_log_probs=batch.old_log_probs, advantages=batch.advantages,
-        eps_low=cfg.clip_eps_low, eps_high=cfg.clip_eps_high, ref_log_probs=ref,
-        kl_coef=batch.kl_coef, entropy=entropy, entropy_coef=batch.entropy_coef,
-        teacher_log_probs=batch.teacher,
-        distill_coef=0.0 if batch.distill_coef is None else batch.distill_coef)
-    return log_probs, terms
 
 
 def _term_losses(trainer: GRPOTrainer, batch: TokenBatch,
@@ -120,7 +104,7 @@ def _rows(trainer: GRPOTrainer, batch: TokenBatch,
     found = []
     for row in range(batch.input_ids.shape[0]):
         alone = _row_batch(batch, row)
-        log_probs, terms = _terms(trainer, alone)
+        log_probs, terms = trainer.batch_terms(alone)
         terms.loss.sum().backward()
         norm = _grad_norm(params)
         if math.isfinite(norm):
@@ -142,7 +126,7 @@ def _rows(trainer: GRPOTrainer, batch: TokenBatch,
 
 def _micro_batch_finding(trainer: GRPOTrainer, index: int, batch: TokenBatch,
                          params: Sequence[torch.nn.Parameter]) -> dict[str, Any]:
-    log_probs, terms = _terms(trainer, batch)
+    log_probs, terms = trainer.batch_terms(batch)
     finding: dict[str, Any] = {
         "index": index, "rows": int(batch.input_ids.shape[0]),
         "width": int(batch.input_ids.shape[1]),
@@ -170,9 +154,8 @@ def capture_skipped_step(trainer: GRPOTrainer, samples: Sequence[TrainSample],
     """Write the skipped step's micro-batches and findings (the module doc) into `folder`."""
     batches = trainer.micro_batches(samples)
     folder.mkdir(parents=True, exist_ok=True)
-    torch.save([{k: v.detach().cpu() if isinstance(v, torch.Tensor) else v
-                 for k, v in asdict(batch).items()} for batch in batches],
-               folder / "batches.pt")
+    torch.save([{f.name: _on_cpu(getattr(batch, f.name)) for f in dataclasses.fields(batch)}
+                for batch in batches], folder / "batches.pt")
     params = [p for p in trainer.model.parameters() if p.requires_grad]
     was_training = trainer.model.training
     trainer.model.train()

@@ -55,7 +55,7 @@ from evolving_rl.core.roles import Role
 from evolving_rl.core.samples import TrainSample
 from evolving_rl.local.checkpoints import STATE_FILE, write_folder
 from evolving_rl.local.master_weights import MasterWeights, OffloadedMasters
-from evolving_rl.losses import per_token_policy_loss
+from evolving_rl.losses import TokenLoss, per_token_policy_loss
 
 logger = logging.getLogger(__name__)
 
@@ -316,31 +316,37 @@ class GRPOTrainer:
         return [build_token_batch(usable[i:i + size], self.loss_cfg, self.pad_id, self.device)
                 for i in range(0, len(usable), size)]
 
+    def batch_terms(self, batch: TokenBatch) -> tuple[torch.Tensor, TokenLoss]:
+        """The micro-batch's new log-probs and per-token loss terms at the current weights
+        (with gradients when they are enabled; the reference's never)."""
+        chunk = self.local_cfg.logit_chunk_tokens
+        ref = None
+        if self.uses_kl:
+            with torch.no_grad():
+                ref, _ = token_log_probs(self.ref_model, batch, chunk_tokens=chunk)
+        log_probs, entropy = token_log_probs(self.model, batch, with_entropy=True,
+                                             chunk_tokens=chunk)
+        if not self.uses_entropy:
+            entropy = entropy.detach()
+        terms = per_token_policy_loss(
+            log_probs=log_probs, old_log_probs=batch.old_log_probs,
+            advantages=batch.advantages, eps_low=self.loss_cfg.clip_eps_low,
+            eps_high=self.loss_cfg.clip_eps_high, ref_log_probs=ref,
+            kl_coef=batch.kl_coef, entropy=entropy, entropy_coef=batch.entropy_coef,
+            teacher_log_probs=batch.teacher,
+            distill_coef=0.0 if batch.distill_coef is None else batch.distill_coef)
+        return log_probs, terms
+
     def _accumulate(self, batches: Sequence[TokenBatch], backward: bool) -> dict[str, float]:
         """Sum of every per-token term over all batches (and gradients of the mean loss)."""
         total = sum(b.n_tokens for b in batches)
-        chunk = self.local_cfg.logit_chunk_tokens
         sums = {name: 0.0 for name in ("loss", *TERMS)}
         role_sums = {role.value: [0.0, 0] for role in ROLES}  # [kl sum, tokens]
         distill = [0.0, 0]  # [reverse KL sum, teacher tokens]
         peak: torch.Tensor | None = None  # the largest new - old log-prob (one sync, at the end)
         for batch in _with_progress(batches, enabled=backward):
-            ref = None
-            if self.uses_kl:
-                with torch.no_grad():
-                    ref, _ = token_log_probs(self.ref_model, batch, chunk_tokens=chunk)
             with torch.set_grad_enabled(backward):
-                log_probs, entropy = token_log_probs(self.model, batch, with_entropy=True,
-                                                     chunk_tokens=chunk)
-                if not self.uses_entropy:
-                    entropy = entropy.detach()
-                terms = per_token_policy_loss(
-                    log_probs=log_probs, old_log_probs=batch.old_log_probs,
-                    advantages=batch.advantages, eps_low=self.loss_cfg.clip_eps_low,
-                    eps_high=self.loss_cfg.clip_eps_high, ref_log_probs=ref,
-                    kl_coef=batch.kl_coef, entropy=entropy, entropy_coef=batch.entropy_coef,
-                    teacher_log_probs=batch.teacher,
-                    distill_coef=0.0 if batch.distill_coef is None else batch.distill_coef)
+                log_probs, terms = self.batch_terms(batch)
                 if backward:
                     (terms.loss.sum() / total).backward()
             for name in sums:
