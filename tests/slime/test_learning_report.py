@@ -13,8 +13,8 @@ from slime_fixtures import real_slime, realistic_samples
 
 from evolving_rl import slime_hooks
 from evolving_rl.core.stats import Pooled, fisher_exact
-from evolving_rl.local.metrics import MetricsLog, group_variance
 from evolving_rl.evaluate import learning_report as report
+from evolving_rl.local.metrics import MetricsLog, group_variance
 from evolving_rl.slime_bridge import samples as sample_bridge
 from evolving_rl.slime_bridge import slime_api
 from evolving_rl.slime_bridge.metrics import eval_metrics
@@ -169,3 +169,16 @@ def test_local_records_are_read_as_the_local_job_writes_them(tmp_path):
     assert run.wins("after", "without_skill") == Pooled(3, 16)
     assert json.loads((tmp_path / "r" / "metrics.jsonl").read_text().splitlines()[0])["phase"] \
         == "before"
+
+
+def test_a_run_without_an_after_evaluation_is_named_not_silently_pooled(tmp_path):
+    full = report.read_local_run(write_local_run(tmp_path / "s1", "grpo_baseline",
+                                                 {"without_skill": (12, 16)}), "seed 1")
+    stopped = report.RunCurves("seed 2", steps=dict(full.steps),
+                               evals={"before": full.evals["before"]})
+    runs = {("local", "grpo_baseline"): [full, stopped]}
+    row = next(r for r in report.held_out_table(runs) if r.arm == "without_skill")
+    assert (row.before, row.after) == (Pooled(2, 32), Pooled(12, 16))
+    text = report.render_markdown(report.held_out_table(runs), runs)
+    assert "left out of its pooled counts" in text and "local grpo_baseline seed 2 (after)" in text
+    assert "seed 1 (" not in text.split("## Per step")[0]

@@ -235,11 +235,24 @@ def render_markdown(rows: Sequence[HeldOut], runs: Runs) -> str:
     lines += [f"| {r.backend} | {r.method} | {r.arm.replace('_', ' ')} | {_cell(r.before)} | "
               f"{_cell(r.after)} | {_p(r.p_after_vs_before)} | {_p(r.p_vs_baseline)} |"
               for r in rows]
+    lines += _missing_phases(runs)
     lines += ["", "## Per step", ""]
     for (backend, method), members in runs.items():
         for run in members:
             lines += _step_table(backend, method, run)
     return "\n".join(lines) + "\n"
+
+
+def _missing_phases(runs: Runs) -> list[str]:
+    """A line naming each run the pooled counts leave out of a phase (a launch stopped before its
+    last evaluation has no `after`), so that pooling unequal sets of runs is not silent."""
+    missing = [f"{backend} {method} {run.label} ({phase})" for (backend, method), members
+               in runs.items() for run in members for phase in PHASES if phase not in run.evals]
+    if not missing:
+        return []
+    return ["", "Runs without an evaluation of that phase, left out of its pooled counts "
+            "(a launch stopped before its last evaluation has no after one): "
+            + "; ".join(missing) + "."]
 
 
 def _step_table(backend: str, method: str, run: RunCurves) -> list[str]:
