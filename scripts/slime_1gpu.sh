@@ -6,13 +6,14 @@
 # cache, the launch (scripts/*/train_*.sh) and, where the profile has one, the evaluation of its
 # last checkpoint. Done steps are skipped: run it again after fixing a failed step.
 #
-# Usage: scripts/slime_1gpu.sh [--profile alfworld|learn|web|probe_stated|probe_hidden] [--method M]
-#                              [--seed N] [--model-size 0.5b|1.5b] [--dry-run] [--only STEP]
+# Usage: scripts/slime_1gpu.sh [--profile alfworld|learn|web|probe_stated|probe_hidden|all]
+#                              [--method M] [--seed N] [--model-size 0.5b|1.5b] [--dry-run] [--only STEP]
 #                              [--force] [--slime-dir D] [--megatron-dir D]
 #   --dry-run   run nothing: print each step and its command, the prerequisites this machine
 #               has, and check each launch's full argument list with slime's own parser and
 #               validators (works on the CPU: slime, Megatron-LM and SGLang importable; on this
-#               repo's dev venv, scripts/upstream_overlay.sh provides SGLang)
+#               repo's dev venv, scripts/upstream_overlay.sh provides SGLang); with
+#               --profile all, every profile's plan and launches (one child checks them all)
 #   --method M  one method of a comparison (profiles learn, probe_hidden: evolving,
 #               grpo_baseline)
 #   --seed N    the launches' run seed (the config's run.seed: slime's --seed and --rollout-seed,

@@ -105,28 +105,37 @@ def test_the_validator_prints_a_verdict_per_list_and_exits_with_the_worst(tmp_pa
 
 
 @pytest.mark.end_to_end
-@pytest.mark.parametrize(("name", "size"), [*((name, "0.5b") for name in sorted(PROFILES)),
-                                            ("learn", "1.5b")])
-def test_the_dry_run_passes_on_this_cpu_machine(name, size):
-    """A fresh-clone state (no model, data or cache needed): the plan is printed, and every
-    launch's full argument list is accepted by slime's parser and its three validators (at
-    1.5B too: slime's HF check refuses its model-args script's rotary base without ours)."""
+@pytest.mark.parametrize("size", sorted(recipe.MODELS))
+def test_the_dry_run_of_every_profile_passes_on_this_cpu_machine(size):
+    """A fresh-clone state (no model, data or cache needed), `--profile all`: every profile's plan
+    is printed, and every launch's full argument list is accepted by slime's parser and its three
+    validators, all in one child (at 1.5B too: slime's HF check refuses its model-args script's
+    rotary base without ours)."""
     env = {**os.environ, "PYTHON": sys.executable}
     env.pop("SLIME_DIR", None)
     run = subprocess.run(
-        ["bash", "scripts/slime_1gpu.sh", "--profile", name, "--model-size", size, "--dry-run",
+        ["bash", "scripts/slime_1gpu.sh", "--profile", "all", "--model-size", size, "--dry-run",
          "--slime-dir", str(upstream.slime_dir()), "--megatron-dir", str(upstream.megatron_dir())],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
-    steps = plan(PROFILES[name], slime_dir=str(upstream.slime_dir()),
-                 megatron_dir=str(upstream.megatron_dir()), model=recipe.MODELS[size])
-    for step in steps:
-        assert step.shell() in run.stdout
-    launches = [s.name for s in steps if s.name.startswith("launch")]
+    launches = []
+    for name in sorted(PROFILES):
+        steps = plan(PROFILES[name], slime_dir=str(upstream.slime_dir()),
+                     megatron_dir=str(upstream.megatron_dir()), model=recipe.MODELS[size])
+        for step in steps:
+            assert f"] {name}:{step.name} (" in run.stdout and step.shell() in run.stdout
+        launches += [f"{name}:{s.name}" for s in steps if s.name.startswith("launch")]
+    assert len(launches) == 7
     assert [line for line in run.stdout.splitlines() if line.endswith(": accepted")] == [
-        f"{name}: accepted" for name in launches]
+        f"{launch}: accepted" for launch in launches]
     assert run.stderr.count("validators ran: slime_validate_args, _megatron_validate_args, "
                             "sglang_validate_args") == len(launches)
+
+
+def test_profile_all_is_for_the_dry_run_only(capsys):
+    with pytest.raises(SystemExit):
+        recipe_run.main(["--profile", "all"])
+    assert "--profile all is for --dry-run only" in capsys.readouterr().err
 
 
 def _git(folder: Path, *args: str) -> str:

@@ -13,6 +13,7 @@ checked here (slime's parser not importable).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import shutil
@@ -41,6 +42,7 @@ OVERLAY = (Path(sys.prefix) / "upstream-overlay", ROOT / "tests" / "slime_upstre
 
 # The launch's sizes a caller may set in the environment over the profile's (another GPU's
 # memory, a shorter run); everything else of a step's environment is the profile's.
+ALL = "all"  # --profile all: every profile's dry run at once
 TUNABLE = ("SGLANG_MEM_FRACTION", "MAX_TOKENS_PER_GPU", "NUM_ROLLOUT", "EVAL_INTERVAL",
            "SAVE_INTERVAL")
 
@@ -152,6 +154,11 @@ def check_launches(steps: list[Step], scratch: Path) -> dict[str, int]:
     return codes
 
 
+def _is_launch(step: Step) -> bool:
+    """A launch step, named `launch[-<method>]` (`<profile>:launch...` under `--profile all`)."""
+    return step.name.rpartition(":")[2].startswith("launch")
+
+
 def dry_run(steps: list[Step], slime_dir: str, megatron_dir: str) -> int:
     """Print the plan and the prerequisites; check every launch with slime's parser."""
     for number, step in enumerate(steps, 1):
@@ -160,7 +167,7 @@ def dry_run(steps: list[Step], slime_dir: str, megatron_dir: str) -> int:
     print("prerequisites on this machine:")
     for what, present, how in prerequisites(megatron_dir, slime_dir):
         print(f"    {'ok     ' if present else 'missing'} {what}{'' if present else ': ' + how}")
-    launches = [s for s in steps if s.name.startswith("launch")]
+    launches = [s for s in steps if _is_launch(s)]
     with tempfile.TemporaryDirectory(prefix="slime_1gpu_") as scratch:
         codes = check_launches(launches, Path(scratch))
     for step in launches:
@@ -178,9 +185,23 @@ def _default_megatron() -> str:
     return str(image) if (image / "megatron").is_dir() else "upstream/Megatron-LM"
 
 
+def _profile_steps(name: str, args: argparse.Namespace) -> list[Step]:
+    """`name`'s plan; under `--profile all` each step named `<profile>:<step>`, unique across
+    the profiles (several have a launch-evolving)."""
+    steps = plan(PROFILES[name], slime_dir=args.slime_dir, megatron_dir=args.megatron_dir,
+                 seed=args.seed, model=MODELS[args.model_size])
+    if args.method:
+        steps = [s for s in steps if not _is_launch(s) or s.name == f"launch-{args.method}"]
+    if args.profile != ALL:
+        return steps
+    return [dataclasses.replace(step, name=f"{name}:{step.name}") for step in steps]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/slime_1gpu.sh", description=__doc__)
-    parser.add_argument("--profile", choices=sorted(PROFILES), default="alfworld")
+    parser.add_argument("--profile", choices=[*sorted(PROFILES), ALL], default="alfworld",
+                        help=f"`{ALL}` (with --dry-run): every profile's plan, their launches "
+                        "checked by one child (one import of slime, Megatron-LM and SGLang)")
     parser.add_argument("--method", help="one method of a comparison profile (default: each)")
     parser.add_argument("--model-size", choices=sorted(MODELS), default="0.5b",
                         help="the Qwen2.5-Coder-Instruct size trained (runs/..._<size>_... "
@@ -195,12 +216,10 @@ def main(argv: list[str] | None = None) -> int:
                         _default_megatron())
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    profile = PROFILES[args.profile]
-    steps = plan(profile, slime_dir=args.slime_dir, megatron_dir=args.megatron_dir,
-                 seed=args.seed, model=MODELS[args.model_size])
-    if args.method:
-        steps = [s for s in steps if not s.name.startswith("launch")
-                 or s.name == f"launch-{args.method}"]
+    if args.profile == ALL and not args.dry_run:
+        parser.error(f"--profile {ALL} is for --dry-run only")
+    steps = [step for name in (sorted(PROFILES) if args.profile == ALL else [args.profile])
+             for step in _profile_steps(name, args)]
     if args.only:
         steps = [s for s in steps if s.name == args.only]
         if not steps:
