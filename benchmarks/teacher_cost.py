@@ -2,7 +2,7 @@
 `pipeline.skill_use: teacher` against the reference (`context`), on a real model.
 
     .venv/bin/python -m benchmarks.teacher_cost [--config configs/local_cpu.yaml]
-        [--device cuda] [--dtype bfloat16] [--turns 4] [--tiny]
+        [--device cuda] [--dtype bfloat16] [--turns 4] [--model M] [--tiny]
 
 Both sides run in one process on the same model and engine (`LocalPolicy`), greedy, with the
 config's N x K x R grid, the adapter's prompts and reply prefix, the hand-written cards as the
@@ -14,7 +14,8 @@ N skills and synthetic observations (no env server, as benchmarks/local_backend.
   students' (with their mean teacher).
 Prints each wall time and the ratios teacher / context (the cost per step of the switch, before
 env time), and the scoring's share of the teacher side. `--tiny`: N=1, K=1, R=1, 1 turn
-(each trainer step is most of its time: ~90 tokens/s forward and backward on one CPU thread).
+on the random tiny-char model (`--model` overrides it; SmolLM2's trainer steps, ~60 tokens/s
+forward and backward on one CPU thread, made it a 46 s smoke run).
 """
 
 from __future__ import annotations
@@ -40,10 +41,13 @@ from evolving_rl.core.teaching import mean_teacher
 from evolving_rl.domains.base import TaskSpec
 from evolving_rl.local.engine import LocalPolicy
 from evolving_rl.local.model import load_tokenizer, resolve_model_path
+from evolving_rl.local.tiny_model import TINY_CHAR
 from evolving_rl.local.trainer import GRPOTrainer
 from evolving_rl.pipeline.context import make_adapter
 
-TINY = {"n_skills": 1, "top_k": 1, "n_repeats": 1, "turns": 1}
+# The smoke run's model is the random tiny-char one: the same code path, without SmolLM2's
+# ~60 tokens/s trainer steps on one CPU thread (46 s a tiny run with it, 2026-12-08).
+TINY = {"n_skills": 1, "top_k": 1, "n_repeats": 1, "turns": 1, "model": TINY_CHAR}
 
 
 @dataclasses.dataclass
@@ -132,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", help="override local.device (cpu, cuda)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), help="override local.dtype")
     parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--model", help=f"override local.model ({TINY_CHAR}: random weights)")
     for name in ("n_skills", "top_k", "n_repeats"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int,
                             help=f"override pipeline.{name}")
@@ -142,10 +147,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg = dataclasses.replace(
         cfg, pipeline=dataclasses.replace(cfg.pipeline, **sizes),
         local=dataclasses.replace(cfg.local, device=args.device or cfg.local.device,
-                                  dtype=args.dtype or cfg.local.dtype))
+                                  dtype=args.dtype or cfg.local.dtype,
+                                  model=args.model or cfg.local.model))
     torch.set_num_threads(cfg.local.torch_threads)
     path = resolve_model_path(cfg.local.model, cfg.local.models_dir)
-    model = load(path, cfg.local.device, cfg.local.dtype, True, False)
+    model = load(path, cfg.local.device, cfg.local.dtype, True, cfg.local.model == TINY_CHAR)
     tokenizer = load_tokenizer(path)
     bench = Bench(cfg, model, tokenizer, args.turns)
     grid = f"N={cfg.pipeline.n_skills} x K={cfg.pipeline.top_k} x R={cfg.pipeline.n_repeats}"

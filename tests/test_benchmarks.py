@@ -50,14 +50,11 @@ class TinyRun:
         return f"{self.benchmark}-{mode}" if mode else self.benchmark
 
 
-# Longest first (the seconds each takes in a run, 2026-12-06: teacher_cost ~38, the skill and
-# solver probes and local_backend 20-30, the cheapest under 10): xdist hands tests out in this
-# order, and teacher_cost, once last, kept one worker busy 37 s after the other two had stopped.
+# Longest first (the seconds each takes in a run, 2026-12-06: the skill and solver probes and
+# local_backend 20-30, the cheapest under 10; teacher_cost, ~38 then with SmolLM2, ~5 on the
+# tiny-char model since 2026-12-08): xdist hands tests out in this order, and a long one, once
+# last, kept one worker busy 37 s after the other two had stopped.
 RUNS = (
-    TinyRun("teacher_cost", (),
-            (r"teacher +: N=1 x K=1 x R=1, 1 turns: 2 episodes in \d+\.\ds \(scoring \d",
-             rf"teacher / context: downstream stage {RATIO}, trainer step {RATIO}"),
-            smollm2=True),
     TinyRun("skill_lengths", ("--config", "configs/local_cpu.yaml", *DATA_SETS),
             (r"source episodes won \d+/2; extractions 4, complete \d+ \(generous cap 48\)",
              r"(complete skill tokens: p50 \d+, .* p95 \d+|no complete extraction)"),
@@ -135,6 +132,9 @@ RUNS = (
             (r"baseline main job peak RSS: \d+\.\d\d GB",
              r"config   main job peak RSS: \d+\.\d\d GB",
              rf"peak RSS config / baseline: {RATIO}"), smollm2=True, slow=True),
+    TinyRun("teacher_cost", (),
+            (r"teacher +: N=1 x K=1 x R=1, 1 turns: 2 episodes in \d+\.\ds \(scoring \d",
+             rf"teacher / context: downstream stage {RATIO}, trainer step {RATIO}")),
 )
 
 
