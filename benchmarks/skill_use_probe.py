@@ -16,7 +16,7 @@ expert command's probability among the admissible ones (mean), how often it is t
 top choice (chance: mean 1 / number of admissible commands) and, paired step by step against no
 card, the mean change of its log-probability and the share of steps the card raised it; then
 the ratio of top-1 shares (card / no card). A card the solver can use raises both. `--tiny` (the
-test suite's smoke run): one game of at most 2 steps, the same code path.
+test suite's smoke run): one game, one step scored, the same code path.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from evolving_rl.pipeline.timing import IOClock
 from evolving_rl.retrieval.prepared import split_rows
 
 NO_CARD = "none"
-TINY = {"games": 1, "max_steps": 2}
+TINY = {"games": 1, "max_steps": 1}
 
 logger = logging.getLogger(__name__)
 
@@ -227,9 +227,10 @@ def report(results: dict[str, list[StepScore]], n_demos: int,
               f"(chance {out['chance_top1']:.3f}){paired}")
     for name, out in summaries.items():
         if name != NO_CARD:
-            ratio = out["top1"] / summaries[NO_CARD]["top1"] if summaries[NO_CARD]["top1"] \
-                else float("inf")
-            print(f"top-1 share, card {name} / no card: {ratio:.2f}x")
+            base_top1 = summaries[NO_CARD]["top1"]
+            ratio = (f"{out['top1'] / base_top1:.2f}x" if base_top1
+                     else "infx" if out["top1"] else "n/a (0 with and without)")
+            print(f"top-1 share, card {name} / no card: {ratio}")
     return summaries
 
 
