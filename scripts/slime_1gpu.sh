@@ -7,8 +7,8 @@
 # last checkpoint. Done steps are skipped: run it again after fixing a failed step.
 #
 # Usage: scripts/slime_1gpu.sh [--profile alfworld|learn|web|probe_stated|probe_hidden|all]
-#                              [--method M] [--seed N] [--model-size 0.5b|1.5b] [--dry-run] [--only STEP]
-#                              [--force] [--slime-dir D] [--megatron-dir D]
+#                              [--method M] [--seed N] [--model-size 0.5b|1.5b] [--dry-run]
+#                              [--only STEP] [--force] [--slime-dir D] [--megatron-dir D]
 #   --dry-run   run nothing: print each step and its command, the prerequisites this machine
 #               has, and check each launch's full argument list with slime's own parser and
 #               validators (works on the CPU: slime, Megatron-LM and SGLang importable; on this

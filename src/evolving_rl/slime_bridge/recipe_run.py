@@ -40,9 +40,9 @@ log = logging.getLogger("slime_1gpu")
 OVERLAY = (Path(sys.prefix) / "upstream-overlay", ROOT / "tests" / "slime_upstream" / "stand_ins")
 
 
+ALL = "all"  # --profile all: every profile's dry run at once
 # The launch's sizes a caller may set in the environment over the profile's (another GPU's
 # memory, a shorter run); everything else of a step's environment is the profile's.
-ALL = "all"  # --profile all: every profile's dry run at once
 TUNABLE = ("SGLANG_MEM_FRACTION", "MAX_TOKENS_PER_GPU", "NUM_ROLLOUT", "EVAL_INTERVAL",
            "SAVE_INTERVAL")
 
