@@ -1,21 +1,25 @@
 """The device-time budget of one slime launch on one GPU from a bare machine (issue 41 §2).
 
 Owns the arithmetic: `Measured` numbers (each with where it was measured), `MEASURED` (the
-`grpo_baseline` launch of the learn profile on one H100, 2026-12-05), a `Plan` of one launch
+learn profile's two launches on one H100, 2026-12-07), a `Plan` of one launch
 (steps and slime's evaluation interval from the recipe's profile, per step the solver episodes,
 extractions and trained samples of the config's pipeline, the held-out cases), `budget_lines`
 (one line per part of a launch, with its basis), `max_steps` (the most steps that fit, keeping a
 reserve) and `python -m evolving_rl.slime_bridge.budget --config X`, which prints the table for
 each method and exits 1 when a method does not fit.
 
-Every part was measured on `grpo_baseline`'s launch (1febe90) except the `evolving` step, whose
-rollout and train seconds come from the `evolving` launch at 61cdffa (EVOLVING: a step ~18 s,
-rollout 7-9 s, train 8-16 s; the slowest of each taken). That whole launch took 472 s, where
-the old estimate (the baseline's step scaled by 104 samples against 72) gave 902 s; its other
-parts were not measured apart, so they stay the baseline's, and the budget errs long for it
-(`test_budget`). A plan of other sizes scales its method's measured step by its samples. The
-budget has no checkpoint line: it budgets launches that save nothing (SAVE_INTERVAL=0,
-`slime_bridge.args`), and refuses a profile that saves.
+Every part but the failed start was measured on the two launches of the learn profile at
+e3250e5, seed 1, back to back on one H100 (ARMS, 2026-12-07): `evolving` first on a bare
+machine (693 s from its start to its exit), `grpo_baseline` second (424 s, its launch and first
+evaluation warmer than a bare machine's). The parts before the first step (launch, the cold
+first evaluation), the first step's warm-up and the teardown are `evolving`'s, for both
+methods (GRPO's step 1 trained only 3.6 s longer than its later ones); each method's step is
+its own (the slowest rollout and the slowest train of steps 2-8, from ARMS_STEPS). The earlier
+basis (the `grpo_baseline` launch of 2026-12-05 at 1febe90 and the `evolving` step of
+2026-12-06) budgeted a GRPO launch at 786 s where 424 s was measured. A plan of other sizes
+scales its method's measured step by its samples. The budget has no checkpoint line: it
+budgets launches that save nothing (SAVE_INTERVAL=0, `slime_bridge.args`), and refuses a
+profile that saves.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from evolving_rl.config import Config, load_config
 from evolving_rl.slime_bridge.recipe import PROFILES, ROOT, Profile
 
 LEARNS = "docs/results/2026-12-05-slime-learns-one-gpu.md"
-EVOLVING = "docs/results/2026-12-06-slime-evolving-launch.md"
+ARMS = "docs/results/2026-12-07-slime-learn-arms.md"
+ARMS_STEPS = "docs/results/2026-12-07-slime-learn-arms/learning_report.md"
 LIMIT_S = 1800.0
 # What a profile keeps to spare for the estimated evolving step (`max_steps` in the table).
 RESERVE_S = 120.0
@@ -73,31 +78,35 @@ class MeasuredInputs:
 MEASURED = MeasuredInputs(
     failed_start_s=Measured(90.0, f"{LEARNS}: three failed machine starts cost 91 + 90 + 90 s "
                                   "before the run; room for one"),
-    carry_gb=Measured(3.3, "slime wheelhouse 2.0 GB, HF model 1.2 GB, env wheels 140 MiB, "
+    carry_gb=Measured(3.3, "slime wheelhouse 2.0 GB, HF model 1.2 GB, env wheels 141 MiB, "
                            "uv 17 MB, slime + Megatron sources 14 MB, data 7 MB"),
-    carry_s=Measured(286.0, f"{LEARNS}: 63 calls of 54 MiB, held_s 334 -> 620 (4.6 s a call)"),
-    setup_s=Measured(59.0, f"{LEARNS}: untar, uv install of 173 slime + 29 env wheels, "
-                           "import check"),
+    carry_s=Measured(211.0, f"{ARMS}: 58 calls of 58 MiB, back to back"),
+    setup_s=Measured(52.0, f"{ARMS}: untar, uv install of both wheelhouses"),
     launch_to_first_eval_s=Measured(
-        312.0, f"{LEARNS}: servers, Ray, Megatron actor and reference loaded from the HF folder "
-               "(no torch_dist conversion), SGLang with CUDA graphs, until eval 0 starts"),
-    first_eval_extra_s=Measured(132.0 - 18.0, f"{LEARNS}: eval 0 took 132 s, the later evals "
-                                              "of the same 48 games 18 s and 15 s"),
-    eval_case_s=Measured(18.0 / 48, f"{LEARNS}: the slower later eval, 18 s for 48 games "
-                                    "(no-skill episode, extraction, with-skill episode)"),
-    rollout_s=Measured(8.8, f"{LEARNS}: the slowest rollout of 6 steps (5.6-8.8 s)"),
-    train_s=Measured(24.0, f"{LEARNS}: the slowest train of steps 2-6 (20.6, 24.0, 23.8, "
-                           "21.2, 19.8 s; reference log-probs 4-6 s included)"),
-    step_samples=Measured(72.0, f"{LEARNS}: grpo_baseline's 72 solver episodes a step"),
-    evolving_rollout_s=Measured(9.0, f"{EVOLVING}: the slowest rollout of 8 steps (7-9 s)"),
-    evolving_train_s=Measured(16.0, f"{EVOLVING}: the slowest train of 8 steps (8-16 s)"),
-    evolving_step_samples=Measured(104.0, f"{EVOLVING}: 72 solver episodes and 32 extractions "
+        291.0, f"{ARMS}: evolving, a bare machine's first launch: 57 s to the Ray job, 234 s "
+               "to SGLang ready (Megatron actor and reference from the HF folder, SGLang's "
+               "CUDA-graph capture)"),
+    first_eval_extra_s=Measured(147.0 - 24.0, f"{ARMS}: the machine's first evaluation took "
+                                              "147 s, the second launch's first 24 s"),
+    eval_case_s=Measured(24.0 / 48, f"{ARMS}: 24 s for 48 games (no-skill episode, "
+                                    "extraction, with-skill episode)"),
+    rollout_s=Measured(8.292, f"{ARMS_STEPS}: grpo_baseline's slowest rollout of 8 steps "
+                              "(4.5-8.3 s)"),
+    train_s=Measured(9.448, f"{ARMS_STEPS}: grpo_baseline's slowest train of steps 2-8 "
+                            "(6.0-9.4 s)"),
+    step_samples=Measured(72.0, f"{ARMS}: grpo_baseline's 72 solver episodes a step"),
+    evolving_rollout_s=Measured(12.67, f"{ARMS_STEPS}: evolving's slowest rollout of 8 steps "
+                                       "(8.5-12.7 s)"),
+    evolving_train_s=Measured(12.51, f"{ARMS_STEPS}: evolving's slowest train of steps 2-8 "
+                                     "(9.6-12.5 s)"),
+    evolving_step_samples=Measured(104.0, f"{ARMS}: 72 solver episodes and 32 extractions "
                                           "a step"),
-    first_step_warmup_s=Measured(40.0 - 24.0, f"{LEARNS}: step 1 trained in 40.0 s (reference "
-                                              "log-probs 12.7 s) against 24.0 s later"),
-    weight_push_s=Measured(0.14, f"{LEARNS}: update_weights 0.12-0.14 s"),
-    teardown_s=Measured(26.0, f"{LEARNS}: the last eval's end to the launch's exit"),
-    polling_s=Measured(0.0, f"{LEARNS}: none beyond the held time, with device calls back to "
+    first_step_warmup_s=Measured(25.07 - 12.51, f"{ARMS_STEPS}: evolving's step 1 trained in "
+                                                "25.1 s against 12.5 s at most later"),
+    weight_push_s=Measured(0.16, f"{ARMS_STEPS}: update_weights 0.11-0.16 s"),
+    teardown_s=Measured(39.0 - 24.0, f"{ARMS}: the last evaluation and the exit took 39 s, "
+                                     "an evaluation 24 s"),
+    polling_s=Measured(0.0, f"{ARMS}: none beyond the held time, with device calls back to "
                             "back (a pause over 30 s gives the machine back)"),
 )
 
