@@ -2,7 +2,7 @@
 `pipeline.skill_use: teacher` against the reference (`context`), on a real model.
 
     .venv/bin/python -m benchmarks.teacher_cost [--config configs/local_cpu.yaml]
-        [--device cuda] [--dtype bfloat16] [--turns 4] [--model M] [--tiny]
+        [--device cuda] [--dtype bfloat16] [--turns 4] [--model M] [--random-init] [--tiny]
 
 Both sides run in one process on the same model and engine (`LocalPolicy`), greedy, with the
 config's N x K x R grid, the adapter's prompts and reply prefix, the hand-written cards as the
@@ -14,7 +14,7 @@ N skills and synthetic observations (no env server, as benchmarks/local_backend.
   students' (with their mean teacher).
 Prints each wall time and the ratios teacher / context (the cost per step of the switch, before
 env time), and the scoring's share of the teacher side. `--tiny`: N=1, K=1, R=1, 1 turn
-on the random tiny-char model (`--model` overrides it; SmolLM2's trainer steps, ~60 tokens/s
+on tiny-char with random weights (`--model`, `--random-init`; SmolLM2's trainer steps, ~60 tokens/s
 forward and backward on one CPU thread, made it a 46 s smoke run).
 """
 
@@ -31,7 +31,7 @@ import time
 import torch
 
 from benchmarks.cli import parse_with_tiny
-from benchmarks.local_backend import OBJECTS, load, synthetic_observation
+from benchmarks.local_backend import OBJECTS, synthetic_observation
 from evolving_rl.clients.policy import SamplingParams
 from evolving_rl.clients.tokenizer import HFChatTokenizer
 from evolving_rl.config import load_config
@@ -40,14 +40,15 @@ from evolving_rl.core.samples import TrainSample
 from evolving_rl.core.teaching import mean_teacher
 from evolving_rl.domains.base import TaskSpec
 from evolving_rl.local.engine import LocalPolicy
-from evolving_rl.local.model import load_tokenizer, resolve_model_path
+from evolving_rl.local.model import load_model, load_tokenizer, resolve_model_path
 from evolving_rl.local.tiny_model import TINY_CHAR
 from evolving_rl.local.trainer import GRPOTrainer
 from evolving_rl.pipeline.context import make_adapter
 
-# The smoke run's model is the random tiny-char one: the same code path, without SmolLM2's
-# ~60 tokens/s trainer steps on one CPU thread (46 s a tiny run with it, 2026-12-08).
-TINY = {"n_skills": 1, "top_k": 1, "n_repeats": 1, "turns": 1, "model": TINY_CHAR}
+# The smoke run's model is the tiny-char one with random weights: the same code path, without
+# SmolLM2's ~60 tokens/s trainer steps on one CPU thread (46 s a tiny run with it, 2026-12-08).
+TINY = {"n_skills": 1, "top_k": 1, "n_repeats": 1, "turns": 1, "model": TINY_CHAR,
+        "random_init": True}
 
 
 @dataclasses.dataclass
@@ -136,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", help="override local.device (cpu, cuda)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), help="override local.dtype")
     parser.add_argument("--turns", type=int, default=4)
-    parser.add_argument("--model", help=f"override local.model ({TINY_CHAR}: random weights)")
+    parser.add_argument("--model", help="override local.model")
+    parser.add_argument("--random-init", action="store_true",
+                        help="set local.random_init (weights drawn under run.seed)")
     for name in ("n_skills", "top_k", "n_repeats"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int,
                             help=f"override pipeline.{name}")
@@ -148,10 +151,12 @@ def main(argv: list[str] | None = None) -> int:
         cfg, pipeline=dataclasses.replace(cfg.pipeline, **sizes),
         local=dataclasses.replace(cfg.local, device=args.device or cfg.local.device,
                                   dtype=args.dtype or cfg.local.dtype,
-                                  model=args.model or cfg.local.model))
+                                  model=args.model or cfg.local.model,
+                                  random_init=args.random_init or cfg.local.random_init))
     torch.set_num_threads(cfg.local.torch_threads)
     path = resolve_model_path(cfg.local.model, cfg.local.models_dir)
-    model = load(path, cfg.local.device, cfg.local.dtype, True, cfg.local.model == TINY_CHAR)
+    model = load_model(path, cfg.local.device, cfg.local.dtype,
+                       random_seed=cfg.run.seed if cfg.local.random_init else None)
     tokenizer = load_tokenizer(path)
     bench = Bench(cfg, model, tokenizer, args.turns)
     grid = f"N={cfg.pipeline.n_skills} x K={cfg.pipeline.top_k} x R={cfg.pipeline.n_repeats}"

@@ -29,7 +29,8 @@ def test_the_plan_runs_sources_model_data_cache_then_launch(name):
     assert len(launches) == max(1, len(profile.methods))
     assert names.index("cache") < names.index(launches[0].name)
     for step in launches:
-        assert step.env["MODEL_DIR"] == step.env["REF_DIR"] == recipe.MODEL  # no conversion
+        # no conversion: slime loads the HF folder
+        assert step.env["MODEL_DIR"] == step.env["REF_DIR"] == recipe.DEFAULT_MODEL.folder
         assert step.env["CONFIG"] == profile.config and "PROMPTS_PER_ROLLOUT" not in step.env
         assert step.command[:2] == ("bash", profile.script) and "--spec" in step.command
     for split in _eval_splits(launches[0]):  # every split the launch names is made by a step

@@ -116,7 +116,7 @@ class ProbeAdapter:
     def solver_messages(self, task: TaskSpec, first: Observation,
                         skill_card: str | None) -> list[Message]:
         user = f"{TASK_PREFIX} {task.question}\n\n"
-        if self.cfg.prompt_layout != "standard":
+        if self.cfg.prompt_layout == "canary":
             user += self.render_observation(0, first)
             if skill_card:
                 user += f"\n\n{SKILL_INTRO}\n{skill_card}"

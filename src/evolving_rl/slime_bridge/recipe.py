@@ -63,7 +63,6 @@ MODELS = {
                         ("--rotary-base", "1000000")),
 }
 DEFAULT_MODEL = MODELS["0.5b"]
-MODEL, MODEL_CONFIG = DEFAULT_MODEL.folder, DEFAULT_MODEL.config
 # Our TE-free Megatron layer spec (src/evolving_rl/slime_bridge/megatron_spec.py says why); the
 # GGUFs have their own output matrix, hence untied embeddings (slime's HF check compares).
 TE_FREE = ("--untie-embeddings-and-output-weights", "--transformer-impl", "local",

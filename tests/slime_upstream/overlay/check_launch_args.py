@@ -21,7 +21,7 @@ import yaml
 from conftest import ROOT, slime_parse
 
 from evolving_rl.config import load_config
-from evolving_rl.slime_bridge.recipe import MODEL_CONFIG, PROFILES, Step, plan
+from evolving_rl.slime_bridge.recipe import DEFAULT_MODEL, PROFILES, Step, plan
 from evolving_rl.slime_bridge.settings import HOOK_PATHS, check_slime_args
 
 
@@ -106,7 +106,7 @@ def one_gpu(request, pins, tmp_path_factory):
     folder = tmp_path_factory.mktemp("one_gpu")
     model = folder / "qwen2.5-coder-0.5b-instruct"  # the conversion's config.json; also REF_DIR,
     model.mkdir()  # as the recipe loads the HF folder (no torch_dist conversion)
-    shutil.copy(ROOT / MODEL_CONFIG, model / "config.json")
+    shutil.copy(ROOT / DEFAULT_MODEL.config, model / "config.json")
     values = yaml.safe_load(ONE_GPU_CONFIG.read_text())
     values["retrieval"]["cache_path"] = str(folder / "cache.npz")  # checked, not read
     (folder / "cache.npz").write_text("")
